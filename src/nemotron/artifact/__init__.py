@@ -1,0 +1,480 @@
+"""Artifacts: the validated JSON records that every recipe step reads and writes.
+
+A step never hands the next step a bare path. It saves an `Artifact`: a pydantic model written as
+`<path>/metadata.json` that says what was made (typed, validated fields such as file paths and
+counts), how (the full step `config`, `scale`, `seed`), from what (`inputs`: references to the
+artifacts it consumed, so lineage is recorded on the consumer), by whom (`producer`), and a content
+`digest` so two runs can be compared bit for bit.
+
+    dataset = PretrainDataset.load(path=cfg.dataset_path, scale=cfg.scale)   # or from stdin
+    ...train...
+    return Checkpoint(path=out, config=asdict(cfg), scale=cfg.scale, seed=cfg.seed,
+                      inputs=[dataset], model_dir=out / "model", training_loss=loss).save()
+
+Where an input comes from (`Artifact.load`), in this order:
+  1. an explicit path (`--dataset-path runs/x`), the folder holding metadata.json;
+  2. a tracked reference (`--dataset-artifact name:latest`), resolved by the active tracker;
+  3. the JSON the previous step printed on stdin, only when stdin is not a terminal.
+
+stdin may carry several artifacts keyed by type, `{"pretraindataset": {...}, "checkpoint": {...}}`.
+A step takes the one of the type it needs, and `print_complete` passes everything it read on stdin
+through to its own stdout next to what it made, so `a | b | c` works even when c needs a's output.
+
+The digest is sha256 over (a) each referenced file's sha256 with its name relative to the artifact
+folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things were
+read or written does not change what was made), and (c) the digests of the inputs. Timestamps and
+metrics (which hold wall times) are left out, so two runs with the same config and seed produce the
+same digest.
+
+Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+import nemotron
+from nemotron.errors import NemotronError
+
+SCHEMA_VERSION = 1
+METADATA = "metadata.json"
+
+# ---------------------------------------------------------------------------------------------
+# Scale: one knob that shrinks every recipe from a cluster run to a laptop run
+# ---------------------------------------------------------------------------------------------
+
+SCALES = {"tiny": 0.01, "small": 0.10, "medium": 0.30, "full": 1.0}
+TINY_CAP = 10_000
+
+
+def apply_scale(n: int, scale: str) -> int:
+    """Scale a full-size count: tiny 1% (at most 10,000), small 10%, medium 30%, full 100%; >= 1."""
+    if scale not in SCALES:
+        raise NemotronError(f"unknown scale {scale!r}: use one of {', '.join(SCALES)}")
+    scaled = max(1, int(n * SCALES[scale]))
+    return min(scaled, TINY_CAP) if scale == "tiny" else scaled
+
+
+# ---------------------------------------------------------------------------------------------
+# File fields: a Path that must exist when the artifact is saved and when it is loaded
+# ---------------------------------------------------------------------------------------------
+
+
+class _MustExist:
+    """Marker on `ArtifactPath` fields; `Artifact.files()` collects them for checks and digests."""
+
+
+ArtifactPath = Annotated[Path, _MustExist()]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _expand(path: Path) -> list[Path]:
+    """A file is itself; a folder is every file under it, in sorted order."""
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and p.name != METADATA)
+    return [path]
+
+
+# ---------------------------------------------------------------------------------------------
+# The artifact model
+# ---------------------------------------------------------------------------------------------
+
+
+class Producer(BaseModel):
+    step: str
+    artifact_class: str = ""  # "module:Class", so generic tools (verify) can re-validate it
+    version: str = nemotron.__version__
+    git_commit: str | None = None
+    run_id: str = "local"
+
+
+class ArtifactRef(BaseModel):
+    """How a consumer records an input: enough to find it again and to notice if it changed."""
+
+    type: str
+    path: str
+    digest: str | None = None
+
+
+class Artifact(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    schema_version: int = SCHEMA_VERSION
+    type: str = ""
+    path: Path
+    created_at: str = ""
+    producer: Producer | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    inputs: list[ArtifactRef] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    scale: str = "tiny"
+    seed: int = 0
+    digest: str | None = None
+
+    # The stdin key and the `type` field: the class name in lower case.
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.__name__.lower()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_type(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data.setdefault("type", cls.type_name())
+            if data["type"] != cls.type_name():
+                raise ValueError(f"type is {data['type']!r}, expected {cls.type_name()!r}")
+        return data
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _refs(cls, value: Any) -> Any:
+        # Accept artifacts themselves: `inputs=[dataset]` records (type, path, digest).
+        return [v.ref() if isinstance(v, Artifact) else v for v in value]
+
+    @field_validator("scale")
+    @classmethod
+    def _known_scale(cls, value: str) -> str:
+        if value not in SCALES:
+            raise ValueError(f"unknown scale {value!r}: use one of {', '.join(SCALES)}")
+        return value
+
+    @field_validator("schema_version")
+    @classmethod
+    def _not_newer(cls, value: int) -> int:
+        if value > SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {value} is newer than this nemotron understands ({SCHEMA_VERSION}); "
+                "upgrade nemotron to read it"
+            )
+        return value
+
+    # -- files -------------------------------------------------------------------------------
+
+    def files(self) -> list[Path]:
+        """Every file or folder this artifact references (its `ArtifactPath` fields).
+
+        Subclasses whose files are not plain fields (e.g. bin/idx prefixes) extend this list.
+        """
+        found: list[Path] = []
+        for name, field in type(self).model_fields.items():
+            if not _is_file_field(field):
+                continue
+            value = getattr(self, name)
+            found.extend(value if isinstance(value, list) else [value] if value is not None else [])
+        return found
+
+    def check_files(self) -> None:
+        for f in self.files():
+            if not Path(f).exists():
+                raise NemotronError(
+                    f"{self.path / METADATA}: {self.type_name()} references {f}, which does not exist; "
+                    "re-run the step that made it"
+                )
+
+    def compute_digest(self) -> str:
+        h = hashlib.sha256()
+        for ref in self.files():
+            for f in _expand(Path(ref)):
+                h.update(f"{_relative_name(f, self.path)}\0{sha256_file(f)}\n".encode())
+        h.update(json.dumps(_without_locations(self.config), sort_keys=True, default=str).encode())
+        for inp in self.inputs:
+            h.update(f"\0{inp.type}\0{inp.digest}".encode())
+        return h.hexdigest()
+
+    def ref(self) -> ArtifactRef:
+        return ArtifactRef(type=self.type, path=str(self.path), digest=self.digest)
+
+    # -- save --------------------------------------------------------------------------------
+
+    def save(self, step: str | None = None) -> Self:
+        """Fill producer, time and digest; write metadata.json atomically; tell the tracker."""
+        from nemotron.trackers import get_lineage_tracker
+
+        tracker = get_lineage_tracker()
+        self.path = Path(self.path).resolve()
+        self.path.mkdir(parents=True, exist_ok=True)
+        for name, field in type(self).model_fields.items():
+            # Absolute paths, so the artifact can be loaded from any working directory.
+            value = getattr(self, name)
+            if _is_file_field(field) and value is not None:
+                resolved = [Path(v).resolve() for v in value] if isinstance(value, list) else Path(value).resolve()
+                setattr(self, name, resolved)
+        self.check_files()
+        self.producer = Producer(
+            step=step or _calling_step(),
+            artifact_class=_class_spec(type(self)),
+            git_commit=_git_commit(),
+            run_id=tracker.run_id,
+        )
+        self.created_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.digest = self.compute_digest()
+        atomic_write_text(self.path / METADATA, self.model_dump_json(indent=2) + "\n")
+        tracker.log_artifact(self)
+        return self
+
+    # -- load --------------------------------------------------------------------------------
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> Self:
+        """Read and validate `<path>/metadata.json` (a path to metadata.json itself also works)."""
+        path = Path(path)
+        meta = path if path.name == METADATA else path / METADATA
+        if not meta.exists():
+            raise NemotronError(
+                f"{meta}: no artifact here (metadata.json missing); pass the folder a step wrote"
+            )
+        try:
+            data = json.loads(meta.read_text())
+        except json.JSONDecodeError as e:
+            raise NemotronError(f"{meta}: malformed JSON at line {e.lineno}: {e.msg}") from None
+        return cls.from_dict(data, where=str(meta))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Self:
+        if not isinstance(data, dict):
+            raise NemotronError(f"{where}: expected an artifact JSON object, got {type(data).__name__}")
+        if data.get("type") not in (None, cls.type_name()):
+            raise NemotronError(
+                f"{where}: artifact type is {data.get('type')!r} but this step needs "
+                f"{cls.type_name()!r}; pass the output of the step that makes a {cls.type_name()}"
+            )
+        try:
+            art = cls.model_validate(data)
+        except ValidationError as e:
+            raise NemotronError(f"{where}: invalid {cls.type_name()}: {_one_line(e)}") from None
+        art.check_files()
+        return art
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        reference: str | None = None,
+        scale: str | None = None,
+        stdin: bool = True,
+    ) -> Self:
+        """Resolve an input artifact: explicit path, else tracked reference, else stdin JSON.
+
+        Records the use with the active tracker. With `scale`, refuses an artifact of another
+        scale (a tiny checkpoint fed to a small run is almost always a mistake).
+        """
+        from nemotron.trackers import get_lineage_tracker
+
+        tracker = get_lineage_tracker()
+        if path is not None:
+            art = cls.from_path(path)
+        elif reference is not None:
+            art = cls.from_path(tracker.resolve(reference))
+        elif stdin:
+            art = cls._from_stdin()
+        else:
+            raise NemotronError(f"no {cls.type_name()} given: pass --{_flag(cls)}-path PATH")
+        if scale is not None and art.scale != scale:
+            raise NemotronError(
+                f"{art.path}: {cls.type_name()} was made at scale {art.scale!r} but this run is "
+                f"{scale!r}; pass --scale {art.scale} or re-make the input at {scale!r}"
+            )
+        tracker.use_artifact(art)
+        return art
+
+    @classmethod
+    def _from_stdin(cls) -> Self:
+        found = read_stdin_artifacts(needed=cls.type_name())
+        if cls.type_name() not in found:
+            have = ", ".join(found) or "nothing"
+            raise NemotronError(
+                f"stdin carries {have} but this step needs a {cls.type_name()}: pipe in the step "
+                f"that makes one, or pass --{_flag(cls)}-path PATH"
+            )
+        return cls.from_dict(found[cls.type_name()], where="stdin")
+
+
+def _is_file_field(field: Any) -> bool:
+    if any(isinstance(m, _MustExist) for m in field.metadata):
+        return True
+    # list[ArtifactPath]: the marker sits on the item type.
+    for arg in getattr(field.annotation, "__args__", ()):
+        if any(isinstance(m, _MustExist) for m in getattr(arg, "__metadata__", ())):
+            return True
+    return False
+
+
+def _relative_name(f: Path, root: Path) -> str:
+    try:
+        return str(Path(f).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        return Path(f).name
+
+
+LOCATION_SUFFIXES = ("_dir", "_path", "_artifact")
+
+
+def _without_locations(config: Any) -> Any:
+    if isinstance(config, dict):
+        return {
+            k: _without_locations(v)
+            for k, v in config.items()
+            if not (k.endswith(LOCATION_SUFFIXES) or k in ("output", "output_root"))
+        }
+    if isinstance(config, list):
+        return [_without_locations(v) for v in config]
+    return config
+
+
+def _flag(cls: type[Artifact]) -> str:
+    return getattr(cls, "flag_name", cls.type_name())
+
+
+def _one_line(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _class_spec(cls: type) -> str:
+    """Where a class can be imported from again: "package.module:Class", or "/path/file.py:Class"
+    for a class defined in a stand-alone script (such as the examples)."""
+    module = sys.modules.get(cls.__module__)
+    spec = getattr(module, "__spec__", None)
+    name = spec.name if spec is not None and spec.name else cls.__module__
+    if name in ("__main__", "") or "." not in name:
+        file = getattr(module, "__file__", None)
+        if file:
+            return f"{Path(file).resolve()}:{cls.__qualname__}"
+    return f"{name}:{cls.__qualname__}"
+
+
+def source_ref(path: str | Path, type: str = "source") -> ArtifactRef:
+    """Lineage for a raw input (a file or a folder of files): its path and a sha256 of its content."""
+    path = Path(path)
+    if not path.exists():
+        raise NemotronError(f"{path}: source does not exist; check the path in your config or blend")
+    h = hashlib.sha256()
+    for f in _expand(path):
+        h.update(f"{_relative_name(f, path)}\0{sha256_file(f)}\n".encode())
+    return ArtifactRef(type=type, path=str(path.resolve()), digest=h.hexdigest())
+
+
+def _calling_step() -> str:
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return spec.name
+    return Path(getattr(main, "__file__", "python")).stem
+
+
+_GIT_COMMIT: list[str | None] = []
+
+
+def _git_commit() -> str | None:
+    if not _GIT_COMMIT:
+        try:
+            out = subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=Path(__file__).parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
+            _GIT_COMMIT.append(out.stdout.strip() if out.returncode == 0 else None)
+        except (OSError, subprocess.SubprocessError):
+            _GIT_COMMIT.append(None)
+    return _GIT_COMMIT[0]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename: readers see all or nothing."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# stdin and stdout: how steps pipe
+# ---------------------------------------------------------------------------------------------
+
+_STDIN: dict[str, dict] | None = None
+
+
+def read_stdin_artifacts(needed: str = "an artifact") -> dict[str, dict]:
+    """Parse stdin once per process: a JSON object of artifacts keyed by type."""
+    global _STDIN
+    if _STDIN is not None:
+        return _STDIN
+    if sys.stdin is None or sys.stdin.isatty():
+        raise NemotronError(
+            f"no input {needed}: stdin is a terminal; pipe in the previous step "
+            f"or pass the input path (see --help)"
+        )
+    text = sys.stdin.read()
+    if not text.strip():
+        raise NemotronError(
+            f"stdin is empty but this step needs {needed}: did the previous step fail? "
+            "Otherwise pass the input path (see --help)"
+        )
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise NemotronError(
+            f"stdin is not artifact JSON (line {e.lineno}: {e.msg}): pipe only a nemotron step's stdout"
+        ) from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise NemotronError(
+            "stdin JSON must be an object of artifacts keyed by type, e.g. {\"checkpoint\": {...}}"
+        )
+    _STDIN = data
+    return _STDIN
+
+
+def print_complete(artifacts: dict[str, Artifact] | Artifact) -> None:
+    """Write exactly one JSON document on stdout and a short human summary on stderr.
+
+    Artifacts that came in on stdin are passed through, so later steps in a pipe can still use them.
+    """
+    if isinstance(artifacts, Artifact):
+        artifacts = {artifacts.type: artifacts}
+    passed = dict(_STDIN or {})
+    out = {**passed, **{k: json.loads(a.model_dump_json()) for k, a in artifacts.items()}}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    for key, art in artifacts.items():
+        print(summary_table(art), file=sys.stderr)
+
+
+def summary_table(art: Artifact) -> str:
+    lines = [f"── {art.type} ({art.scale}, seed {art.seed}) ──", f"  path    {art.path}"]
+    if art.digest:
+        lines.append(f"  digest  {art.digest[:16]}")
+    for k, v in art.metrics.items():
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        if not isinstance(v, (dict, list)):
+            lines.append(f"  {k:<28} {v}")
+    return "\n".join(lines)

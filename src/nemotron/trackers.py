@@ -1,0 +1,200 @@
+"""Lineage trackers: where saved and used artifacts, configs and metrics are recorded.
+
+One tracker is active per process. Steps never talk to it directly except through `Artifact.save`
+(log_artifact), `Artifact.load` (use_artifact, resolve) and the training metrics log (log_metrics).
+
+  NoOpTracker   the default; records nothing.
+  FileTracker   appends every saved and used artifact to a local JSONL ledger, so lineage can be
+                shown and `--<name>-artifact TYPE:latest` resolved without any service.
+  WandbTracker  logs configs, metrics and artifacts to Weights & Biases. Works with
+                WANDB_MODE=offline and no account: the run is written under `wandb/` and can be
+                synced later with `wandb sync`.
+
+Choose one in code with `set_lineage_tracker(FileTracker("runs/ledger.jsonl"))` once at start, or
+from the environment: NEMOTRON_TRACKER=none | file:PATH | wandb[:PROJECT].
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nemotron.errors import NemotronError
+
+if TYPE_CHECKING:
+    from nemotron.artifact import Artifact
+
+
+class LineageTracker(Protocol):
+    run_id: str
+
+    def log_artifact(self, artifact: Artifact) -> None: ...
+    def use_artifact(self, artifact: Artifact) -> None: ...
+    def resolve(self, reference: str) -> Path: ...
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None: ...
+    def finish(self) -> None: ...
+
+
+class NoOpTracker:
+    run_id = "local"
+
+    def log_artifact(self, artifact: Artifact) -> None:
+        pass
+
+    def use_artifact(self, artifact: Artifact) -> None:
+        pass
+
+    def resolve(self, reference: str) -> Path:
+        raise NemotronError(
+            f"cannot resolve artifact reference {reference!r}: no tracker is active; "
+            "set NEMOTRON_TRACKER=file:PATH (or wandb), or pass the input's --*-path instead"
+        )
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class FileTracker:
+    """A local ledger: one JSON line per saved or used artifact, in the order it happened."""
+
+    def __init__(self, ledger: str | Path, run_id: str | None = None):
+        self.ledger = Path(ledger)
+        self.ledger.parent.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id or f"file-{uuid.uuid4().hex[:8]}"
+
+    def _append(self, event: str, artifact: Artifact) -> None:
+        line = {
+            "event": event,
+            "type": artifact.type,
+            "path": str(artifact.path),
+            "digest": artifact.digest,
+            "run_id": self.run_id,
+            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        # One write call of one line in append mode: concurrent steps do not interleave lines.
+        with open(self.ledger, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def log_artifact(self, artifact: Artifact) -> None:
+        self._append("save", artifact)
+
+    def use_artifact(self, artifact: Artifact) -> None:
+        self._append("use", artifact)
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.ledger.exists():
+            return []
+        return [json.loads(line) for line in self.ledger.read_text().splitlines() if line.strip()]
+
+    def resolve(self, reference: str) -> Path:
+        """`TYPE`, `TYPE:latest` or `TYPE:vN` (the N-th save of that type, from 0) -> its folder."""
+        type_name, _, version = reference.partition(":")
+        saves = [e for e in self.entries() if e["event"] == "save" and e["type"] == type_name]
+        if not saves:
+            raise NemotronError(
+                f"{self.ledger}: no saved artifact of type {type_name!r}; "
+                "run the step that makes it with this ledger first"
+            )
+        if version in ("", "latest"):
+            return Path(saves[-1]["path"])
+        if version.startswith("v") and version[1:].isdigit() and int(version[1:]) < len(saves):
+            return Path(saves[int(version[1:])]["path"])
+        raise NemotronError(
+            f"{self.ledger}: no version {version!r} of {type_name!r} "
+            f"(have v0..v{len(saves) - 1} and latest)"
+        )
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        pass  # training steps keep their own metrics JSONL next to the checkpoint
+
+    def finish(self) -> None:
+        pass
+
+
+class WandbTracker:
+    """Weights & Biases: artifacts as reference artifacts (metadata.json plus file:// references)."""
+
+    def __init__(self, project: str = "nemotron", run_dir: str | Path | None = None, **init: Any):
+        import wandb  # imported here: only this tracker needs it, and it is slow to import
+
+        self._wandb = wandb
+        self.run = wandb.init(project=project, dir=str(run_dir) if run_dir else None, **init)
+        self.run_id = self.run.id
+
+    def log_artifact(self, artifact: Artifact) -> None:
+        art = self._wandb.Artifact(
+            name=artifact.type,
+            type=artifact.type,
+            metadata={"path": str(artifact.path), "digest": artifact.digest, **artifact.metrics},
+        )
+        art.add_file(str(Path(artifact.path) / "metadata.json"))
+        for f in artifact.files():
+            # References, not uploads: checkpoints can be large and already live on shared storage.
+            art.add_reference(Path(f).resolve().as_uri(), checksum=False)
+        self.run.config.update({artifact.type: artifact.config}, allow_val_change=True)
+        self.run.log_artifact(art)
+
+    def use_artifact(self, artifact: Artifact) -> None:
+        # Offline runs cannot look artifacts up on the server; the input is recorded in the config.
+        self.run.config.update(
+            {f"input/{artifact.type}": {"path": str(artifact.path), "digest": artifact.digest}},
+            allow_val_change=True,
+        )
+
+    def resolve(self, reference: str) -> Path:
+        if self._wandb.run is not None and self.run.settings.mode == "offline":
+            raise NemotronError(
+                f"cannot resolve W&B artifact {reference!r} in offline mode; "
+                "pass the input's --*-path, or run online"
+            )
+        used = self.run.use_artifact(reference if ":" in reference else f"{reference}:latest")
+        return Path(used.metadata["path"])
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self.run.log(metrics, step=step)
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+# ---------------------------------------------------------------------------------------------
+# The one active tracker
+# ---------------------------------------------------------------------------------------------
+
+_ACTIVE: LineageTracker | None = None
+
+
+def set_lineage_tracker(tracker: LineageTracker) -> LineageTracker:
+    global _ACTIVE
+    _ACTIVE = tracker
+    return tracker
+
+
+def get_lineage_tracker() -> LineageTracker:
+    """The active tracker; on first use, the one NEMOTRON_TRACKER names (NoOp when unset)."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        _ACTIVE = tracker_from_env(os.environ.get("NEMOTRON_TRACKER", "none"))
+    return _ACTIVE
+
+
+def tracker_from_env(spec: str) -> LineageTracker:
+    kind, _, arg = spec.partition(":")
+    if kind in ("", "none"):
+        return NoOpTracker()
+    if kind == "file":
+        if not arg:
+            raise NemotronError("NEMOTRON_TRACKER=file needs a ledger path: file:runs/ledger.jsonl")
+        return FileTracker(arg)
+    if kind == "wandb":
+        return WandbTracker(project=arg or "nemotron")
+    raise NemotronError(
+        f"NEMOTRON_TRACKER={spec!r} is not a tracker: use none, file:PATH or wandb[:PROJECT]"
+    )

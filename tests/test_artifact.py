@@ -1,0 +1,162 @@
+"""The artifact contract: validation, atomic saves, digests, loading from path and stdin."""
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+from conftest import PYTHON
+from nemotron.artifact import (
+    METADATA,
+    SCHEMA_VERSION,
+    Artifact,
+    ArtifactPath,
+    apply_scale,
+    print_complete,
+)
+from nemotron.errors import NemotronError
+
+
+class Dataset(Artifact):
+    data_file: ArtifactPath
+    num_examples: int = Field(gt=0)
+
+
+def make_dataset(folder: Path, text: str = "hello\n", **config) -> Dataset:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "data.txt").write_text(text)
+    return Dataset(
+        path=folder,
+        config={"vocab": 10, **config},
+        data_file=folder / "data.txt",
+        num_examples=1,
+        metrics={"wall_seconds": 1.23},
+    ).save(step="test")
+
+
+@pytest.mark.parametrize(
+    "scale,n,expected",
+    [("tiny", 1000, 10), ("tiny", 10**9, 10_000), ("small", 1000, 100), ("medium", 1000, 300),
+     ("full", 1000, 1000), ("tiny", 5, 1)],
+)
+def test_apply_scale(scale, n, expected):
+    assert apply_scale(n, scale) == expected
+
+
+def test_apply_scale_unknown_lists_valid_scales():
+    with pytest.raises(NemotronError, match="tiny, small, medium, full"):
+        apply_scale(10, "huge")
+
+
+def test_save_load_roundtrip_records_producer_and_digest(tmp_path):
+    art = make_dataset(tmp_path / "ds")
+    meta = json.loads((tmp_path / "ds" / METADATA).read_text())
+    assert meta["type"] == "dataset" and meta["schema_version"] == SCHEMA_VERSION
+    assert meta["producer"]["step"] == "test" and meta["producer"]["version"]
+    assert meta["producer"]["artifact_class"].endswith(":Dataset")
+    loaded = Dataset.from_path(tmp_path / "ds")
+    assert loaded.digest == art.digest == art.compute_digest()
+    assert loaded.data_file.is_absolute()
+
+
+def test_digest_ignores_locations_and_time_but_not_content_or_config(tmp_path):
+    a = make_dataset(tmp_path / "a", output_dir=str(tmp_path / "a"))
+    b = make_dataset(tmp_path / "b", output_dir=str(tmp_path / "b"))
+    assert a.digest == b.digest  # same content + config, other folder
+    assert make_dataset(tmp_path / "c", text="other\n").digest != a.digest
+    assert make_dataset(tmp_path / "d", seed_words=3).digest != a.digest
+
+
+def test_lineage_is_recorded_on_the_consumer(tmp_path):
+    ds = make_dataset(tmp_path / "ds")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "w.bin").write_bytes(b"\0" * 8)
+
+    class Checkpoint(Artifact):
+        weights: ArtifactPath
+
+    ck = Checkpoint(path=tmp_path / "ck", inputs=[ds], weights=tmp_path / "ck" / "w.bin").save()
+    assert ck.inputs[0].type == "dataset"
+    assert ck.inputs[0].digest == ds.digest and Path(ck.inputs[0].path) == ds.path
+
+
+def test_invalid_field_value_is_one_clear_error(tmp_path):
+    make_dataset(tmp_path / "ds")
+    meta = tmp_path / "ds" / METADATA
+    meta.write_text(meta.read_text().replace('"num_examples": 1', '"num_examples": 0'))
+    with pytest.raises(NemotronError, match="num_examples: Input should be greater than 0"):
+        Dataset.from_path(tmp_path / "ds")
+
+
+def test_newer_schema_version_is_refused_with_the_fix(tmp_path):
+    make_dataset(tmp_path / "ds")
+    meta = tmp_path / "ds" / METADATA
+    data = json.loads(meta.read_text())
+    data["schema_version"] = SCHEMA_VERSION + 1
+    meta.write_text(json.dumps(data))
+    with pytest.raises(NemotronError, match="newer than this nemotron understands.*upgrade"):
+        Dataset.from_path(tmp_path / "ds")
+
+
+def test_missing_referenced_file_fails_at_save_and_load(tmp_path):
+    make_dataset(tmp_path / "ds")
+    (tmp_path / "ds" / "data.txt").unlink()
+    with pytest.raises(NemotronError, match="data.txt, which does not exist"):
+        Dataset.from_path(tmp_path / "ds")
+    with pytest.raises(NemotronError, match="does not exist"):
+        Dataset(path=tmp_path / "x", data_file=tmp_path / "nope.txt", num_examples=1).save()
+    assert not (tmp_path / "x" / METADATA).exists()
+
+
+def test_wrong_type_and_malformed_json(tmp_path):
+    make_dataset(tmp_path / "ds")
+
+    class Checkpoint(Artifact):
+        pass
+
+    with pytest.raises(NemotronError, match="type is 'dataset' but this step needs 'checkpoint'"):
+        Checkpoint.from_path(tmp_path / "ds")
+    (tmp_path / "ds" / METADATA).write_text("{not json")
+    with pytest.raises(NemotronError, match="malformed JSON at line 1"):
+        Dataset.from_path(tmp_path / "ds")
+
+
+def test_scale_mismatch_is_refused(tmp_path):
+    make_dataset(tmp_path / "ds")
+    with pytest.raises(NemotronError, match="made at scale 'tiny' but this run is 'small'"):
+        Dataset.load(path=tmp_path / "ds", scale="small")
+
+
+def test_save_killed_before_rename_leaves_no_metadata(tmp_path):
+    """A real SIGKILL between writing the temp file and the rename: no metadata.json appears."""
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from nemotron.artifact import Artifact, ArtifactPath
+        class Dataset(Artifact):
+            data_file: ArtifactPath
+        folder = Path({str(tmp_path / "ds")!r}); folder.mkdir()
+        (folder / "data.txt").write_text("x")
+        os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # die right before the rename
+        Dataset(path=folder, data_file=folder / "data.txt").save()
+    """)
+    proc = subprocess.run([PYTHON, "-c", script], capture_output=True)
+    assert proc.returncode == -9
+    assert not (tmp_path / "ds" / METADATA).exists()
+    with pytest.raises(NemotronError, match="metadata.json missing"):
+        Dataset.from_path(tmp_path / "ds")
+
+
+def test_print_complete_passes_stdin_artifacts_through(tmp_path, capsys):
+    import nemotron.artifact as artifact
+
+    ds = make_dataset(tmp_path / "ds")
+    artifact._STDIN = {"upstream": {"type": "upstream", "path": "/x"}}
+    print_complete({"dataset": ds})
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert set(out) == {"upstream", "dataset"} and out["dataset"]["digest"] == ds.digest
+    assert "dataset" in captured.err and captured.out.count("\n") == 1
