@@ -162,6 +162,9 @@ class WandbTracker:
 
     def finish(self) -> None:
         self.run.finish()
+        # Stop the background wandb-core service too: only then is the offline run log on disk
+        # complete (finish() alone can return before the last records are flushed).
+        self._wandb.teardown()
 
 
 # ---------------------------------------------------------------------------------------------
