@@ -1,0 +1,292 @@
+"""Language-modeling metrics: held-out loss, perplexity, bits-per-byte, and a unigram baseline.
+
+What this module does:
+- `next_token_logprobs(model, sequences)` is the one scoring primitive the whole evaluation package
+  builds on: for every token sequence, the log-probability the model gives each token after the first,
+  given all tokens before it. Sequences are batched with right padding, so a real token never sees a
+  pad token (causal attention and the Mamba scan both only look backwards) and batching does not change
+  the numbers beyond float rounding.
+- `heldout_loss(model, windows)` -> (mean next-token NLL in nats, number of scored tokens), evaluated in
+  batches under `torch.no_grad()` with the model in eval mode (restored afterwards).
+- `perplexity(mean_nll)` and `bits_per_byte(total_nll_nats, total_utf8_bytes)`.
+- `target_utf8_bytes(tokenizer, windows)`: how many bytes of text the scored target tokens stand for.
+- `UnigramBaseline`: a bag-of-tokens model fitted on training token counts with add-k smoothing, scored
+  on exactly the same targets, so a recipe can show that the trained model learned more than token
+  frequencies.
+
+Conventions: a *window* is a 1-D sequence of token ids of length L >= 2; its inputs are `window[:-1]` and
+its targets are `window[1:]` (L - 1 predictions). An optional loss mask has length L - 1 and lines up
+with the targets (the Megatron convention: the mask is aligned with the labels, not the inputs).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import decoders
+from tqdm import tqdm
+
+from nemotron.errors import NemotronError
+
+# Any id works as padding: with right padding a padded position is never an input to a real token's
+# prediction and its own prediction is dropped. 0 is `<pad>` in every tokenizer we train.
+PAD_FOR_SCORING = 0
+
+TokenSequence = Sequence[int] | np.ndarray | torch.Tensor
+
+
+@contextmanager
+def evaluation_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Eval mode (no dropout) and no autograd graph inside; the caller's train/eval mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def as_token_tensor(sequence: TokenSequence, where: str) -> torch.Tensor:
+    """One sequence of token ids as a 1-D int64 tensor; `where` names it in the error message."""
+    tokens = torch.as_tensor(np.asarray(sequence, dtype=np.int64))
+    if tokens.dim() != 1:
+        raise NemotronError(f"{where} has shape {tuple(tokens.shape)}; pass a 1-D list of token ids")
+    return tokens
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def next_token_logprobs(
+    model: torch.nn.Module, sequences: Sequence[TokenSequence], *, batch_size: int = 8
+) -> Iterator[torch.Tensor]:
+    """For each sequence s (length L >= 2) yield float32 log p(s[t+1] | s[:t+1]) for t = 0..L-2.
+
+    This does not switch off gradients: DPO training calls it (through `completion_logprobs`) to get
+    differentiable policy log-probs. Evaluation callers wrap it in `evaluation_mode(model)`.
+    """
+    if batch_size < 1:
+        raise NemotronError(f"batch_size={batch_size} must be at least 1")
+    device = model_device(model)
+    for start in range(0, len(sequences), batch_size):
+        batch = [
+            as_token_tensor(s, f"sequence {start + i}")
+            for i, s in enumerate(sequences[start : start + batch_size])
+        ]
+        for i, tokens in enumerate(batch):
+            if len(tokens) < 2:
+                raise NemotronError(
+                    f"sequence {start + i} has {len(tokens)} token(s); scoring needs at least 2 "
+                    "(one input and one target)"
+                )
+        input_ids, attention_mask = right_pad(batch)
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
+        # NLL of each target is cross-entropy against it; float32 so bf16 models do not round the sum.
+        targets = input_ids[:, 1:].to(device)
+        nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
+        for row, tokens in zip(-nll, batch):
+            yield row[: len(tokens) - 1]
+
+
+def right_pad(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack 1-D token tensors into (input_ids, attention_mask), padding on the right."""
+    length = max(len(tokens) for tokens in batch)
+    input_ids = torch.full((len(batch), length), PAD_FOR_SCORING, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
+    for row, tokens in enumerate(batch):
+        input_ids[row, : len(tokens)] = tokens
+        attention_mask[row, : len(tokens)] = 1
+    return input_ids, attention_mask
+
+
+def target_masks(
+    windows: Sequence[TokenSequence], loss_masks: Sequence[TokenSequence] | None
+) -> list[np.ndarray]:
+    """Boolean mask over each window's targets (all True when no loss masks are given), validated."""
+    for i, window in enumerate(windows):
+        if len(window) < 2:
+            raise NemotronError(
+                f"window {i} has {len(window)} token(s); scoring needs at least 2 (one input, one target)"
+            )
+    if loss_masks is None:
+        return [np.ones(len(w) - 1, dtype=bool) for w in windows]
+    if len(loss_masks) != len(windows):
+        raise NemotronError(
+            f"got {len(loss_masks)} loss masks for {len(windows)} windows; pass one mask per window"
+        )
+    masks = []
+    for i, (window, mask) in enumerate(zip(windows, loss_masks)):
+        mask = np.asarray(mask).astype(bool)
+        if mask.shape != (len(window) - 1,):
+            raise NemotronError(
+                f"loss mask {i} has shape {mask.shape} but window {i} has {len(window) - 1} targets; "
+                "a loss mask lines up with window[1:] (length len(window) - 1)"
+            )
+        masks.append(mask)
+    return masks
+
+
+def heldout_loss(
+    model: torch.nn.Module,
+    windows: Sequence[TokenSequence],
+    *,
+    loss_masks: Sequence[TokenSequence] | None = None,
+    batch_size: int = 8,
+) -> tuple[float, int]:
+    """Mean next-token negative log-likelihood (nats) over all scored targets, and how many were scored.
+
+    The mean is over tokens, not windows (every token weighs the same), accumulated in float64.
+    """
+    masks = target_masks(windows, loss_masks)
+    total_nll, num_tokens = 0.0, 0
+    with evaluation_mode(model):
+        scored = next_token_logprobs(model, windows, batch_size=batch_size)
+        progress = tqdm(
+            scored, total=len(windows), desc="held-out loss", file=sys.stderr, leave=False, disable=None
+        )
+        for logprobs, mask in zip(progress, masks):
+            selected = logprobs.double().cpu().numpy()[mask]
+            total_nll -= float(selected.sum())
+            num_tokens += int(mask.sum())
+    if num_tokens == 0:
+        raise NemotronError("no target tokens were scored: the windows are empty or every loss mask is 0")
+    return total_nll / num_tokens, num_tokens
+
+
+def perplexity(mean_nll_nats: float) -> float:
+    """exp(mean NLL): the effective number of equally likely tokens the model hesitates between."""
+    return math.exp(mean_nll_nats)
+
+
+def bits_per_byte(total_nll_nats: float, total_utf8_bytes: int) -> float:
+    """Total NLL converted to bits (divide by ln 2), per UTF-8 byte of the text the targets cover.
+
+    Why bytes: loss per token depends on the tokenizer. A tokenizer with longer tokens has fewer, harder
+    predictions, so two models with different vocabularies cannot be ranked by per-token loss or
+    perplexity. The total information needed to encode a text does not depend on how it was cut into
+    tokens, and the byte count of the text does not either, so bits per byte compares any two models
+    (and a compressor) on the same text. This is the metric of the Pile paper (Gao et al., 2020,
+    "The Pile: An 800GB Dataset of Diverse Text for Language Modeling", Section 5.1) and of
+    lm-evaluation-harness' `bits_per_byte`.
+    """
+    if total_utf8_bytes <= 0:
+        raise NemotronError(
+            f"total_utf8_bytes={total_utf8_bytes}: bits per byte needs the positive byte count of the "
+            "scored text (see target_utf8_bytes)"
+        )
+    return total_nll_nats / (math.log(2) * total_utf8_bytes)
+
+
+def target_utf8_bytes(
+    tokenizer, windows: Sequence[TokenSequence], *, loss_masks: Sequence[TokenSequence] | None = None
+) -> int:
+    """UTF-8 bytes of text that the scored targets (window[1:], masked) stand for; special tokens count 0.
+
+    For a byte-level BPE (ours, GPT-2's) this is exact: every character of a byte-level token string stands
+    for exactly one byte, so a token's byte count is the length of its string and counts simply add up,
+    even when one multi-byte character is split over two tokens (or two windows). For other tokenizers
+    each contiguous run of scored targets is decoded and its UTF-8 length taken.
+    """
+    masks = target_masks(windows, loss_masks)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and isinstance(backend.decoder, decoders.ByteLevel):
+        lengths = byte_level_token_lengths(tokenizer)
+        total = 0
+        for i, (window, mask) in enumerate(zip(windows, masks)):
+            targets = as_token_tensor(window, f"window {i}").numpy()[1:][mask]
+            check_token_range(targets, len(lengths), f"window {i}")
+            total += int(lengths[targets].sum())
+        return total
+    return sum(
+        len(tokenizer.decode(run, skip_special_tokens=True).encode("utf-8"))
+        for window, mask in zip(windows, masks)
+        for run in scored_runs(as_token_tensor(window, "window").tolist()[1:], mask)
+    )
+
+
+def byte_level_token_lengths(tokenizer) -> np.ndarray:
+    """Bytes per token id of a byte-level BPE tokenizer: special tokens 0, other added tokens their UTF-8."""
+    lengths = np.zeros(len(tokenizer), dtype=np.int64)
+    added = tokenizer.added_tokens_decoder
+    for token_id, token in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
+        if token_id in added:  # added tokens are stored as plain text, not byte-mapped
+            lengths[token_id] = 0 if added[token_id].special else len(added[token_id].content.encode("utf-8"))
+        else:
+            lengths[token_id] = len(token)
+    return lengths
+
+
+def scored_runs(targets: list[int], mask: np.ndarray) -> Iterator[list[int]]:
+    """Contiguous stretches of targets whose mask is True."""
+    run: list[int] = []
+    for token, keep in zip(targets, mask):
+        if keep:
+            run.append(token)
+        elif run:
+            yield run
+            run = []
+    if run:
+        yield run
+
+
+def check_token_range(tokens: np.ndarray, vocab_size: int, where: str) -> None:
+    if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise NemotronError(
+            f"{where} holds token id {int(tokens.max())} outside the vocabulary of size {vocab_size}; "
+            "the tokens and the tokenizer/baseline do not match"
+        )
+
+
+@dataclass(frozen=True)
+class UnigramBaseline:
+    """p(token) from training counts with add-k (Laplace for k=1) smoothing; context is ignored.
+
+    Its held-out NLL is the cross-entropy of the training token distribution: what a model that learned
+    only token frequencies achieves. A language model must beat it to have learned anything about context.
+    """
+
+    log_probs: np.ndarray  # float64, shape [vocab_size]
+    add_k: float
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray, add_k: float = 1.0) -> UnigramBaseline:
+        counts = np.asarray(counts, dtype=np.float64)
+        if add_k <= 0:
+            raise NemotronError(f"add_k={add_k} must be > 0 so unseen tokens get a finite NLL")
+        smoothed = counts + add_k
+        return cls(log_probs=np.log(smoothed / smoothed.sum()), add_k=add_k)
+
+    @classmethod
+    def fit(
+        cls, token_sequences: Iterable[TokenSequence], vocab_size: int, add_k: float = 1.0
+    ) -> UnigramBaseline:
+        """Count every token of the training sequences (e.g. an IndexedReader's documents)."""
+        counts = np.zeros(vocab_size, dtype=np.int64)
+        for i, sequence in enumerate(token_sequences):
+            tokens = np.asarray(sequence, dtype=np.int64)
+            check_token_range(tokens, vocab_size, f"training sequence {i}")
+            counts += np.bincount(tokens, minlength=vocab_size)
+        return cls.from_counts(counts, add_k)
+
+    def heldout_loss(
+        self, windows: Sequence[TokenSequence], *, loss_masks: Sequence[TokenSequence] | None = None
+    ) -> tuple[float, int]:
+        """Mean NLL (nats) and count over exactly the targets `heldout_loss(model, ...)` scores."""
+        total_nll, num_tokens = 0.0, 0
+        for i, (window, mask) in enumerate(zip(windows, target_masks(windows, loss_masks))):
+            targets = np.asarray(window, dtype=np.int64)[1:][mask]
+            check_token_range(targets, len(self.log_probs), f"window {i}")
+            total_nll -= float(self.log_probs[targets].sum())
+            num_tokens += len(targets)
+        if num_tokens == 0:
+            raise NemotronError("no target tokens were scored: the windows are empty or every loss mask is 0")
+        return total_nll / num_tokens, num_tokens

@@ -1,0 +1,214 @@
+"""Multiple-choice evaluation by log-likelihood, the way lm-evaluation-harness scores MMLU-style tasks.
+
+What this module does:
+- `build_mc_items(qa_pairs, num_distractors=3, seed)`: turn question/answer pairs into multiple-choice
+  items. The true answer competes with distractors drawn (seeded) from the answers of *other* questions;
+  a distractor is never the true answer's text nor any answer given elsewhere to the same question.
+- `loglikelihood(model, tokenizer, requests)`: for each (context, continuation) pair, the summed
+  log-probability of the continuation tokens given the context, and how many tokens that was.
+- `mc_accuracy(model, tokenizer, items, render_context=...)`: the model "answers" by picking the choice
+  with the highest score; returns accuracy, length-normalised accuracy and per-item details.
+
+How we mirror lm-evaluation-harness 0.4.13 (`lm_eval/api/model.py::TemplateLM._encode_pair` and
+`lm_eval/api/task.py::ConfigurableTask.process_results` for `multiple_choice`):
+- Tokenization: encode `context + continuation` as one string, encode `context` alone, and take the
+  continuation tokens to be the whole encoding past the context's length, so tokens that merge across
+  the boundary are scored the way the model would see them. Unlike lm-eval we do *not* move trailing
+  whitespace from the context into the continuation: our chat contexts end in the template's
+  `<|im_start|>assistant\n`, and that newline must stay in the context so that exactly the answer and
+  its `<|im_end|>` are scored (the tokens SFT trains on). Put word-boundary spaces in the continuation.
+  Render functions may also return token ids, used as given: the way to score exactly the tokenization
+  SFT trained on (`tokenize_prompt(...)` for the context, answer ids + `<|im_end|>` for the choice).
+- `accuracy` is lm-eval's `acc`: argmax of the summed log-probability.
+- `accuracy_norm` is lm-eval's `acc_norm`: argmax of the summed log-probability divided by the *number of
+  characters of the choice text* (not tokens; lm-eval 0.4.13 uses `len(choice)`). Summed log-probs favour
+  short answers, since every extra token can only lower the sum; dividing by length removes most of
+  that bias, and characters (unlike tokens) do not depend on the tokenizer.
+Ties go to the first choice (numpy argmax), as in lm-eval.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from nemotron.errors import NemotronError
+from nemotron.evaluation.language_modeling import evaluation_mode, next_token_logprobs
+
+
+@dataclass(frozen=True)
+class MCItem:
+    """One question with its choices; `choices[answer_index]` is the true answer."""
+
+    question: str
+    choices: tuple[str, ...]
+    answer_index: int
+
+
+@dataclass(frozen=True)
+class MCItemResult:
+    item: MCItem
+    logprobs: tuple[float, ...]  # summed log-prob of each choice's continuation tokens
+    num_tokens: tuple[int, ...]  # how many continuation tokens each choice had
+    predicted: int  # argmax of logprobs
+    predicted_norm: int  # argmax of logprobs / len(choice text)
+
+    @property
+    def correct(self) -> bool:
+        return self.predicted == self.item.answer_index
+
+    @property
+    def correct_norm(self) -> bool:
+        return self.predicted_norm == self.item.answer_index
+
+
+@dataclass(frozen=True)
+class MCResult:
+    accuracy: float  # lm-eval `acc`
+    accuracy_norm: float  # lm-eval `acc_norm` (character-length normalised)
+    chance: float  # expected accuracy of guessing uniformly: mean of 1 / number of choices
+    items: list[MCItemResult] = field(repr=False)
+
+    def metrics(self, prefix: str = "mc") -> dict[str, float]:
+        """The numbers an artifact records, e.g. {"mc_accuracy": .., "mc_accuracy_norm": .., ...}."""
+        return {
+            f"{prefix}_accuracy": self.accuracy,
+            f"{prefix}_accuracy_norm": self.accuracy_norm,
+            f"{prefix}_chance": self.chance,
+            f"{prefix}_num_items": float(len(self.items)),
+        }
+
+
+def build_mc_items(
+    qa_pairs: Sequence[tuple[str, str]], num_distractors: int = 3, seed: int = 0
+) -> list[MCItem]:
+    """One item per (question, answer) pair: the answer plus `num_distractors` other answers, shuffled.
+
+    Distractors are distinct answer texts of other pairs, compared after stripping whitespace. Answers that
+    any pair gives to the same question are excluded, since they would be correct too (chat corpora often
+    list several answers for one question). Same pairs + seed -> same items.
+    """
+    if num_distractors < 1:
+        raise NemotronError(f"num_distractors={num_distractors} must be at least 1")
+    correct_answers: dict[str, set[str]] = {}
+    pool: dict[str, str] = {}  # stripped text -> first spelling seen; insertion order keeps it deterministic
+    for i, (question, answer) in enumerate(qa_pairs):
+        if not question.strip() or not answer.strip():
+            raise NemotronError(f"qa pair {i} has an empty question or answer; drop it before building items")
+        correct_answers.setdefault(question.strip(), set()).add(answer.strip())
+        pool.setdefault(answer.strip(), answer)
+
+    rng = random.Random(seed)
+    items = []
+    for i, (question, answer) in enumerate(qa_pairs):
+        excluded = correct_answers[question.strip()]
+        candidates = [text for key, text in pool.items() if key not in excluded]
+        if len(candidates) < num_distractors:
+            raise NemotronError(
+                f"qa pair {i} ({question[:40]!r}) has only {len(candidates)} possible distractors but "
+                f"num_distractors={num_distractors}; pass more pairs with other answers or fewer distractors"
+            )
+        choices = rng.sample(candidates, num_distractors)
+        answer_index = rng.randrange(num_distractors + 1)
+        choices.insert(answer_index, answer)
+        items.append(MCItem(question=question, choices=tuple(choices), answer_index=answer_index))
+    return items
+
+
+Rendered = str | Sequence[int]  # text, or token ids used exactly as given
+
+
+def encode_pair(tokenizer, context: Rendered, continuation: Rendered) -> tuple[list[int], list[int]]:
+    """Context and continuation token ids.
+
+    Two strings are split from one encoding of the joined text (lm-eval's way). Token ids pass through
+    unchanged, which lets a caller score exactly the tokenization its model was trained on (stage1 passes
+    `tokenize_prompt(...)` ids and `answer ids + [<|im_end|>]`); a string next to ids is encoded alone.
+    """
+    if isinstance(context, str) and isinstance(continuation, str):
+        whole = tokenizer.encode(context + continuation, add_special_tokens=False)
+        context_ids = tokenizer.encode(context, add_special_tokens=False)
+        continuation_ids = whole[len(context_ids) :]
+    else:
+        context_ids, continuation_ids = (
+            tokenizer.encode(part, add_special_tokens=False)
+            if isinstance(part, str)
+            else [int(t) for t in part]
+            for part in (context, continuation)
+        )
+    if not context_ids:
+        raise NemotronError(
+            "a multiple-choice context rendered to no tokens; render_context must return text or ids"
+        )
+    if not continuation_ids:
+        raise NemotronError(f"the continuation {continuation!r} rendered to no tokens after its context")
+    return list(context_ids), list(continuation_ids)
+
+
+def loglikelihood(
+    model: torch.nn.Module, tokenizer, requests: Sequence[tuple[Rendered, Rendered]], *, batch_size: int = 8
+) -> list[tuple[float, int]]:
+    """For each (context, continuation): (sum of log p(continuation tokens | context), number of tokens)."""
+    encoded = [encode_pair(tokenizer, context, continuation) for context, continuation in requests]
+    sequences = [context_ids + continuation_ids for context_ids, continuation_ids in encoded]
+    results = []
+    with evaluation_mode(model):
+        for logprobs, (_, continuation_ids) in zip(
+            next_token_logprobs(model, sequences, batch_size=batch_size), encoded
+        ):
+            # The last len(continuation) predictions are exactly the continuation tokens.
+            results.append((float(logprobs[-len(continuation_ids) :].double().sum()), len(continuation_ids)))
+    return results
+
+
+def mc_accuracy(
+    model: torch.nn.Module,
+    tokenizer,
+    items: Sequence[MCItem],
+    render_context: Callable[[str], Rendered],
+    render_choice: Callable[[str], Rendered] = lambda choice: choice,
+    *,
+    batch_size: int = 8,
+) -> MCResult:
+    """Score every choice of every item as a continuation of `render_context(question)`.
+
+    Each render function returns text or token ids (see `encode_pair`). `render_choice` turns a choice
+    into the scored continuation, e.g. `lambda answer: answer + "<|im_end|>"` after a chat-template
+    context. Length normalisation always uses the plain choice text.
+    """
+    if not items:
+        raise NemotronError("no multiple-choice items to evaluate; build some with build_mc_items")
+    for i, item in enumerate(items):
+        if not all(item.choices) or not 0 <= item.answer_index < len(item.choices):
+            raise NemotronError(
+                f"multiple-choice item {i} has an empty choice or answer_index {item.answer_index} outside "
+                f"its {len(item.choices)} choices; fix the item or rebuild it with build_mc_items"
+            )
+    requests = [
+        (render_context(item.question), render_choice(choice)) for item in items for choice in item.choices
+    ]
+    scores = iter(loglikelihood(model, tokenizer, requests, batch_size=batch_size))
+    results = []
+    for item in items:
+        item_scores = [next(scores) for _ in item.choices]
+        logprobs = np.array([logprob for logprob, _ in item_scores])
+        char_lengths = np.array([len(choice) for choice in item.choices], dtype=np.float64)
+        results.append(
+            MCItemResult(
+                item=item,
+                logprobs=tuple(float(x) for x in logprobs),
+                num_tokens=tuple(n for _, n in item_scores),
+                predicted=int(np.argmax(logprobs)),
+                predicted_norm=int(np.argmax(logprobs / char_lengths)),
+            )
+        )
+    return MCResult(
+        accuracy=float(np.mean([r.correct for r in results])),
+        accuracy_norm=float(np.mean([r.correct_norm for r in results])),
+        chance=float(np.mean([1.0 / len(item.choices) for item in items])),
+        items=results,
+    )
