@@ -1,0 +1,97 @@
+"""Remove duplicated documents: exact copies first, then near-duplicates with MinHash-LSH.
+
+Duplicates waste compute and make a model memorise (Lee et al. 2022, "Deduplicating Training Data
+Makes Language Models Better"). Every large pretraining pipeline removes them in two passes, and so
+do we:
+
+1. `exact_dedup`: hash each document's normalized text (Unicode NFKC, lowercase, whitespace
+   collapsed) and keep the first document of each hash. Cheap and certain.
+2. `near_dedup`: documents that differ in a few words (a re-edited page, a scene with a changed
+   line) have different hashes but almost the same set of word n-grams ("shingles"). MinHash
+   (Broder 1997) sketches each set with `num_perm` hash minima so that the share of equal minima
+   estimates the Jaccard similarity; LSH (locality-sensitive hashing) bands the sketches so that
+   only likely pairs are ever compared. Gopher (Rae et al. 2021) and Nemotron-CC (Su et al. 2024,
+   via NeMo Curator's fuzzy dedup) drop pairs above Jaccard 0.8; so do we by default.
+
+Both keep the first document in input order and drop the later ones, so the result depends only on
+the input order and the seed. Both return `(kept, counts)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import unicodedata
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import TypeVar
+
+from datasketch import MinHash, MinHashLSH
+from tqdm import tqdm
+
+from nemotron.errors import NemotronError
+
+T = TypeVar("T")
+WORD = re.compile(r"\w+(?:'\w+)*")
+
+
+def normalize(text: str) -> str:
+    """The text two documents must share to be exact duplicates: case and spacing do not count."""
+    return " ".join(unicodedata.normalize("NFKC", text).lower().split())
+
+
+def exact_dedup(docs: Iterable[T], *, text_of: Callable[[T], str] = attrgetter("text")
+                ) -> tuple[list[T], dict[str, int]]:
+    """Keep the first document of every normalized text. Counts: {"exact_duplicates": n}."""
+    seen, kept, dropped = set(), [], 0
+    for doc in docs:
+        digest = hashlib.sha256(normalize(text_of(doc)).encode("utf-8")).digest()
+        if digest in seen:
+            dropped += 1
+        else:
+            seen.add(digest)
+            kept.append(doc)
+    return kept, {"exact_duplicates": dropped}
+
+
+def shingles(text: str, ngram: int) -> set[bytes]:
+    """The set of lowercased word n-grams of a text (one shingle if it has fewer than n words)."""
+    words = WORD.findall(text.lower())
+    if len(words) < ngram:
+        return {" ".join(words).encode("utf-8")}
+    return {" ".join(words[i:i + ngram]).encode("utf-8") for i in range(len(words) - ngram + 1)}
+
+
+def minhash(text: str, *, num_perm: int = 128, ngram: int = 5, seed: int = 1) -> MinHash:
+    """A MinHash sketch of a text's shingles; the same seed gives the same permutations everywhere."""
+    sketch = MinHash(num_perm=num_perm, seed=seed)
+    sketch.update_batch(sorted(shingles(text, ngram)))
+    return sketch
+
+
+def near_dedup(docs: Iterable[T], *, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5,
+               seed: int = 1, text_of: Callable[[T], str] = attrgetter("text")
+               ) -> tuple[list[T], dict[str, int]]:
+    """Drop every document whose estimated Jaccard similarity to an earlier kept one is >= threshold.
+
+    A document is compared only with documents already kept (greedy, in input order), so of a
+    cluster of near-copies exactly the first survives. LSH proposes candidates; we confirm each
+    with the MinHash estimate, because banding alone lets some less similar pairs through.
+    Counts: {"near_duplicates": n}.
+    """
+    if not 0.0 < threshold < 1.0:
+        raise NemotronError(f"near_dedup threshold must be between 0 and 1 (exclusive), got {threshold}")
+    index = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    sketches: dict[str, MinHash] = {}
+    kept, dropped = [], 0
+    for position, doc in enumerate(tqdm(docs, desc="near dedup", file=sys.stderr, disable=None, leave=False)):
+        sketch = minhash(text_of(doc), num_perm=num_perm, ngram=ngram, seed=seed)
+        if any(sketch.jaccard(sketches[key]) >= threshold for key in index.query(sketch)):
+            dropped += 1
+            continue
+        key = str(position)
+        index.insert(key, sketch)
+        sketches[key] = sketch
+        kept.append(doc)
+    return kept, {"near_duplicates": dropped}
