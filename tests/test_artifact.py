@@ -160,3 +160,23 @@ def test_print_complete_passes_stdin_artifacts_through(tmp_path, capsys):
     out = json.loads(captured.out)
     assert set(out) == {"upstream", "dataset"} and out["dataset"]["digest"] == ds.digest
     assert "dataset" in captured.err and captured.out.count("\n") == 1
+
+
+def test_reuse_returns_a_finished_step_only_when_config_and_files_match(tmp_path):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        output_dir: Path
+        vocab: int = 10
+
+    cfg = Config(output_dir=tmp_path / "ds")
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "data.txt").write_text("hello\n")
+    saved = Dataset(path=cfg.output_dir, config={"output_dir": str(cfg.output_dir), "vocab": 10},
+                    data_file=tmp_path / "ds" / "data.txt", num_examples=1).save()
+    assert Dataset.reuse(cfg).digest == saved.digest
+    assert Dataset.reuse(Config(output_dir=cfg.output_dir, vocab=11)) is None  # config changed
+    (tmp_path / "ds" / "data.txt").write_text("tampered\n")
+    assert Dataset.reuse(cfg) is None  # files changed behind its back
+    assert Dataset.reuse(Config(output_dir=tmp_path / "never-run")) is None

@@ -31,6 +31,7 @@ Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved ar
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -197,6 +198,38 @@ class Artifact(BaseModel):
         for inp in self.inputs:
             h.update(f"\0{inp.type}\0{inp.digest}".encode())
         return h.hexdigest()
+
+    def verify(self) -> None:
+        """Check that the files behind this artifact are still the ones it was saved with."""
+        self.check_files()
+        if self.compute_digest() != self.digest:
+            raise NemotronError(
+                f"{self.path}: content digest differs from the saved one (files changed since the "
+                "step ran); re-run the step, or with the recipe orchestrator pass --force"
+            )
+
+    @classmethod
+    def reuse(cls, config: Any) -> Self | None:
+        """The artifact a step already made with exactly this config, if it is still intact.
+
+        Lets an orchestrator skip finished steps: the step's `output_dir` holds a metadata.json
+        whose saved config equals this config and whose files still match its digest.
+        """
+        folder = Path(config.output_dir)
+        if not (folder / METADATA).exists():
+            return None
+        try:
+            art = cls.from_path(folder)
+            art.verify()
+        except NemotronError as e:
+            print(f"re-running {cls.type_name()}: {e}", file=sys.stderr)
+            return None
+        wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+        saved = json.loads(json.dumps(art.config, default=str))
+        if wanted != saved:
+            print(f"re-running {cls.type_name()}: config differs from {folder}", file=sys.stderr)
+            return None
+        return art
 
     def ref(self) -> ArtifactRef:
         return ArtifactRef(type=self.type, path=str(self.path), digest=self.digest)

@@ -77,8 +77,10 @@ def lineage(path: str, indent: str = "", seen: set[str] | None = None) -> None:
 
 def verify(path: str) -> None:
     art = load_any(path)  # validates fields and checks that every referenced file exists
-    if art.compute_digest() != art.digest:
-        raise _Mismatch(f"{art.path}: content digest differs from the saved one; files changed")
+    try:
+        art.verify()
+    except NemotronError as e:
+        raise _Mismatch(str(e)) from None
     for ref in art.inputs:
         if not (Path(ref.path) / METADATA).exists():
             continue  # raw sources are checked by their recorded digest in lineage, not here
