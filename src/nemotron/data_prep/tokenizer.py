@@ -1,0 +1,182 @@
+"""Train and load the byte-level BPE tokenizer every nemotron model uses.
+
+What this module does:
+- `train_tokenizer(texts, vocab_size, output_dir)` learns a byte-level BPE vocabulary with the Hugging
+  Face `tokenizers` library and saves it as a standard Hugging Face tokenizer folder
+  (`tokenizer.json` + `tokenizer_config.json`, optional chat template) that
+  `transformers.AutoTokenizer.from_pretrained(folder)` loads offline.
+- `load_tokenizer(folder)` loads any such folder (ours or a downloaded one) and turns every failure into
+  one `NemotronError` line naming the folder.
+
+Why byte-level BPE: it is the scheme of GPT-2 (Radford et al., 2019) and of most open LMs since,
+Nemotron included. Every string is first mapped to its UTF-8 bytes, each byte to a printable
+character, and merges are learned over those, so there is never an unknown token and
+`decode(encode(text)) == text` holds exactly for any text (no normalizer, no added prefix space).
+
+Special tokens are reserved *before* training, in the fixed order of `SPECIAL_TOKENS`, so their ids are
+0..4 in every tokenizer we train: pad=0, bos=1, eos=2 match the defaults of transformers'
+`NemotronHConfig`, and the two ChatML markers used by the nano2 chat template follow. The tokenizer
+adds no special tokens on its own when encoding: pretraining data prep appends EOS explicitly (see
+`nemotron.data_prep.shards`) and chat data gets its markers from the chat template.
+
+Determinism: BPE training is a greedy, tie-broken algorithm with no randomness, so the same texts and
+vocab_size give a byte-identical `tokenizer.json` (tested).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from nemotron.errors import NemotronError
+
+if TYPE_CHECKING:  # transformers takes seconds to import; data-prep worker processes never need it
+    from transformers import PreTrainedTokenizerFast
+
+# Reserved first, in this order, so that their ids are 0..4 in every tokenizer (shared contract).
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, IM_START_TOKEN, IM_END_TOKEN = SPECIAL_TOKENS
+PAD_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = range(len(SPECIAL_TOKENS))
+
+# A byte-level vocabulary always contains the 256 byte symbols plus the special tokens.
+MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
+
+
+def build_bpe_tokenizer() -> Tokenizer:
+    """An untrained byte-level BPE pipeline: bytes in, bytes out, nothing normalized away."""
+    tokenizer = Tokenizer(models.BPE())
+    # add_prefix_space=False: GPT-2 style prefixing would change the text and break exact round trips.
+    # use_regex=True splits on the GPT-2 pattern first so merges never cross word/number boundaries.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    output_dir: Path,
+    chat_template: str | None = None,
+    seed: int = 0,
+    min_frequency: int = 2,
+) -> Path:
+    """Train a byte-level BPE tokenizer on `texts` and save it as a Hugging Face folder at `output_dir`.
+
+    `seed` is accepted so every data-prep step shares one signature; BPE training itself has no
+    randomness (merges are chosen by count, ties broken by token ids), so it does not change the result.
+    `min_frequency` skips merges seen fewer times, which keeps a tiny corpus from memorising one-offs.
+    The folder appears atomically: it is built next to `output_dir` and renamed into place.
+    Returns `output_dir`.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    del seed  # documented above: training is deterministic without one
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise NemotronError(
+            f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least {MIN_VOCAB_SIZE} "
+            f"(256 bytes + {len(SPECIAL_TOKENS)} special tokens); pass a larger vocab_size"
+        )
+    tokenizer = build_bpe_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,  # ids 0..4, before any byte or merge
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, even unseen ones
+        show_progress=False,
+    )
+    counted = _CountingIterator(texts)
+    tokenizer.train_from_iterator(counted, trainer=trainer)
+    if counted.count == 0:
+        raise NemotronError(
+            f"no training text for the tokenizer at {output_dir}: the texts iterable was empty; "
+            "pass at least one non-empty document"
+        )
+    _check_special_ids(tokenizer, where=str(output_dir))
+
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START_TOKEN, IM_END_TOKEN],
+        chat_template=chat_template,
+    )
+    _save_atomically(hf_tokenizer, Path(output_dir))
+    return Path(output_dir)
+
+
+def load_tokenizer(path: Path | str) -> PreTrainedTokenizerFast:
+    """Load a Hugging Face tokenizer folder offline; any failure is one NemotronError naming `path`."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise NemotronError(
+            f"tokenizer folder not found: {folder}; pass the folder written by train_tokenizer "
+            "(it holds tokenizer.json and tokenizer_config.json)"
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as error:  # transformers raises many types (OSError, ValueError, JSON errors)
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise NemotronError(
+            f"cannot load the tokenizer in {folder}: {first_line}; "
+            "re-create it with train_tokenizer or point to a valid Hugging Face tokenizer folder"
+        ) from error
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise NemotronError(
+            f"the tokenizer in {folder} is a slow {type(tokenizer).__name__}; "
+            "nemotron needs a fast tokenizer folder with a tokenizer.json"
+        )
+    return tokenizer
+
+
+class _CountingIterator:
+    """Pass texts through to the trainer while counting them, so an empty corpus is an error."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._texts = iter(texts)
+        self.count = 0
+
+    def __iter__(self) -> _CountingIterator:
+        return self
+
+    def __next__(self) -> str:
+        text = next(self._texts)
+        self.count += 1
+        return text
+
+
+def _check_special_ids(tokenizer: Tokenizer, where: str) -> None:
+    """The shared contract fixes special-token ids; fail loudly if the library ever changes that."""
+    for expected_id, token in enumerate(SPECIAL_TOKENS):
+        if tokenizer.token_to_id(token) != expected_id:
+            raise NemotronError(
+                f"special token {token!r} got id {tokenizer.token_to_id(token)} instead of "
+                f"{expected_id} while training the tokenizer for {where}; check the tokenizers version"
+            )
+
+
+def _save_atomically(hf_tokenizer: PreTrainedTokenizerFast, output_dir: Path) -> None:
+    """Save into a temp folder beside `output_dir`, then swap it in, so readers never see half a folder."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    try:
+        hf_tokenizer.save_pretrained(str(staging))
+        if output_dir.exists():
+            # A directory cannot be os.replace'd onto a non-empty one: move the old one aside first.
+            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
+            os.replace(output_dir, retired / output_dir.name)
+            os.replace(staging, output_dir)
+            shutil.rmtree(retired)
+        else:
+            os.replace(staging, output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
