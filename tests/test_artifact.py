@@ -180,3 +180,22 @@ def test_reuse_returns_a_finished_step_only_when_config_and_files_match(tmp_path
     (tmp_path / "ds" / "data.txt").write_text("tampered\n")
     assert Dataset.reuse(cfg) is None  # files changed behind its back
     assert Dataset.reuse(Config(output_dir=tmp_path / "never-run")) is None
+
+
+def test_reuse_refuses_an_output_made_from_an_older_input(tmp_path):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Config:
+        output_dir: Path
+
+    class Report(Artifact):
+        pass
+
+    old_input = make_dataset(tmp_path / "in", text="v1\n")
+    Report(path=tmp_path / "report", config={"output_dir": str(tmp_path / "report")},
+           inputs=[old_input]).save()
+    cfg = Config(output_dir=tmp_path / "report")
+    assert Report.reuse(cfg, inputs=[old_input]) is not None
+    new_input = make_dataset(tmp_path / "in", text="v2\n")
+    assert Report.reuse(cfg, inputs=[new_input]) is None

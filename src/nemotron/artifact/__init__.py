@@ -22,7 +22,7 @@ through to its own stdout next to what it made, so `a | b | c` works even when c
 
 The digest is sha256 over (a) each referenced file's sha256 with its name relative to the artifact
 folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things were
-read or written does not change what was made), and (c) the digests of the inputs. Timestamps and
+read or written does not change what was made) and execution keys (`workers`, `num_threads`), and (c) the digests of the inputs. Timestamps and
 metrics (which hold wall times) are left out, so two runs with the same config and seed produce the
 same digest.
 
@@ -209,11 +209,13 @@ class Artifact(BaseModel):
             )
 
     @classmethod
-    def reuse(cls, config: Any) -> Self | None:
-        """The artifact a step already made with exactly this config, if it is still intact.
+    def reuse(cls, config: Any, inputs: list[Artifact] = ()) -> Self | None:
+        """The artifact a step already made with exactly this config and these inputs, if intact.
 
         Lets an orchestrator skip finished steps: the step's `output_dir` holds a metadata.json
-        whose saved config equals this config and whose files still match its digest.
+        whose saved config equals this config, whose recorded inputs are these very artifacts
+        (same digests: an upstream step that re-ran invalidates everything after it), and whose
+        files still match its digest.
         """
         folder = Path(config.output_dir)
         if not (folder / METADATA).exists():
@@ -228,6 +230,10 @@ class Artifact(BaseModel):
         saved = json.loads(json.dumps(art.config, default=str))
         if wanted != saved:
             print(f"re-running {cls.type_name()}: config differs from {folder}", file=sys.stderr)
+            return None
+        recorded = {(ref.type, ref.digest) for ref in art.inputs}
+        if any((inp.type, inp.digest) not in recorded for inp in inputs):
+            print(f"re-running {cls.type_name()}: an input changed since {folder}", file=sys.stderr)
             return None
         return art
 
@@ -357,6 +363,8 @@ def _relative_name(f: Path, root: Path) -> str:
 
 
 LOCATION_SUFFIXES = ("_dir", "_path", "_artifact")
+# How a step was executed, not what it made: worker processes and threads give the same bytes.
+EXECUTION_KEYS = {"workers", "num_threads", "force"}
 
 
 def _without_locations(config: Any) -> Any:
@@ -364,7 +372,7 @@ def _without_locations(config: Any) -> Any:
         return {
             k: _without_locations(v)
             for k, v in config.items()
-            if not (k.endswith(LOCATION_SUFFIXES) or k in ("output", "output_root"))
+            if not (k.endswith(LOCATION_SUFFIXES) or k in EXECUTION_KEYS)
         }
     if isinstance(config, list):
         return [_without_locations(v) for v in config]

@@ -60,19 +60,24 @@ def show(path: str) -> None:
     print(json.dumps(read_metadata(path), indent=2))
 
 
-def lineage(path: str, indent: str = "", seen: set[str] | None = None) -> None:
+def lineage_lines(path: str | Path, indent: str = "", seen: set[str] | None = None) -> list[str]:
+    """The tree of an artifact's inputs, one line each, back to the raw sources."""
     seen = set() if seen is None else seen
     data = read_metadata(path)
-    digest = (data.get("digest") or "")[:12]
-    print(f"{indent}{data.get('type')}  {digest}  {data.get('path')}")
+    lines = [f"{indent}{data.get('type')}  {(data.get('digest') or '')[:12]}  {data.get('path')}"]
     for ref in data.get("inputs", []):
         ref_path = ref.get("path", "")
         if (Path(ref_path) / METADATA).exists() and ref_path not in seen:
             seen.add(ref_path)
-            lineage(ref_path, indent + "  ", seen)
+            lines += lineage_lines(ref_path, indent + "  ", seen)
         else:
             # A raw source (a file, a packaged corpus), or an artifact already shown above.
-            print(f"{indent}  {ref.get('type')}  {(ref.get('digest') or '')[:12]}  {ref_path}")
+            lines.append(f"{indent}  {ref.get('type')}  {(ref.get('digest') or '')[:12]}  {ref_path}")
+    return lines
+
+
+def lineage(path: str) -> None:
+    print("\n".join(lineage_lines(path)))
 
 
 def verify(path: str) -> None:

@@ -1,0 +1,38 @@
+"""Running recipe steps in order, as plain function calls, skipping the ones already done.
+
+A stage or recipe orchestrator calls `run_step(main, config, ArtifactClass, inputs=[...])` for each
+step. If the step's output folder already holds an artifact made with exactly this config from these
+very inputs, and its files still match its digest, the step is skipped and that artifact returned;
+otherwise the step's `main(config)` runs. `force=True` runs it regardless. Training steps also resume
+from their own checkpoints when they were interrupted, so re-running an orchestrator after a crash
+picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from nemotron.artifact import Artifact
+
+A = TypeVar("A", bound=Artifact)
+
+
+def run_step(
+    main: Callable[[Any], A],
+    config: Any,
+    artifact_class: type[A],
+    inputs: list[Artifact] = (),
+    force: bool = False,
+) -> A:
+    name = f"{main.__module__.rsplit('.', 2)[-2]}/{main.__module__.rsplit('.', 1)[-1]}"
+    if not force and (done := artifact_class.reuse(config, inputs)) is not None:
+        print(f"[skip] {name}: {done.path} is up to date", file=sys.stderr)
+        return done
+    print(f"[run ] {name}", file=sys.stderr)
+    start = time.perf_counter()
+    artifact = main(config)
+    print(f"[done] {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+    return artifact
