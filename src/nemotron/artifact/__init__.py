@@ -22,9 +22,9 @@ through to its own stdout next to what it made, so `a | b | c` works even when c
 
 The digest is sha256 over (a) each referenced file's sha256 with its name relative to the artifact
 folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things were
-read or written does not change what was made) and execution keys (`workers`, `num_threads`), and (c) the digests of the inputs. Timestamps and
-metrics (which hold wall times) are left out, so two runs with the same config and seed produce the
-same digest.
+read or written does not change what was made) nor execution keys (`workers`, `num_threads`), and
+(c) the digests of the inputs. Timestamps and metrics (which hold wall times) are left out, so two
+runs with the same config and seed produce the same digest.
 
 Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
 """

@@ -47,7 +47,14 @@ from pydantic import (
     model_validator,
 )
 
-from nemotron.data_prep.sources import BUILTIN_SOURCES, DATA_SUFFIXES, HUB_ID, Document, read_source
+from nemotron.data_prep.sources import (
+    BUILTIN_SOURCES,
+    DATA_SUFFIXES,
+    HUB_ID,
+    Document,
+    read_source,
+    source_location,
+)
 from nemotron.errors import NemotronError
 
 SPLITS = ("train", "valid", "test")
@@ -117,6 +124,16 @@ def assign_split(doc_id: str, ratios: list[float]) -> str:
         if position < edge:
             return split
     return next(split for split, ratio in reversed(list(zip(SPLITS, ratios))) if ratio > 0)
+
+
+def cap_documents(docs: list[Document], limit: int, seed: int = 0) -> tuple[list[Document], int]:
+    """At most `limit` documents, in input order, chosen by a seeded hash of their ids: a stable subset
+    in which each source keeps its share in expectation. Returns (kept, number dropped)."""
+    if len(docs) <= limit:
+        return docs, 0
+    rank = sorted(range(len(docs)), key=lambda i: hashlib.sha256(f"{seed}\0{docs[i].id}".encode()).digest())
+    keep = set(rank[:limit])
+    return [doc for i, doc in enumerate(docs) if i in keep], len(docs) - limit
 
 
 def _allocate(total: int, weights: list[float]) -> list[int]:
@@ -215,6 +232,10 @@ class DataBlend(_Strict):
         if self.sources is not None:
             return [(None, entry) for entry in self.sources]
         return [(split, entry) for split in SPLITS for entry in getattr(self, split) or []]
+
+    def source_locations(self) -> dict[str, Path | None]:
+        """Each source's raw files by its `path` (for lineage): a local path, or None for a hub id."""
+        return {entry.path: source_location(entry.path, self._base_dir) for _, entry in self.entries()}
 
     @property
     def splits(self) -> list[str]:

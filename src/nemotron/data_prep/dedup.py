@@ -25,12 +25,14 @@ import sys
 import unicodedata
 from collections.abc import Callable, Iterable
 from operator import attrgetter
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from datasketch import MinHash, MinHashLSH
 from tqdm import tqdm
 
 from nemotron.errors import NemotronError
+
+if TYPE_CHECKING:  # datasketch imports scipy (~1 s); modules that only need `normalize` skip it
+    from datasketch import MinHash
 
 T = TypeVar("T")
 WORD = re.compile(r"\w+(?:'\w+)*")
@@ -65,6 +67,8 @@ def shingles(text: str, ngram: int) -> set[bytes]:
 
 def minhash(text: str, *, num_perm: int = 128, ngram: int = 5, seed: int = 1) -> MinHash:
     """A MinHash sketch of a text's shingles; the same seed gives the same permutations everywhere."""
+    from datasketch import MinHash
+
     sketch = MinHash(num_perm=num_perm, seed=seed)
     sketch.update_batch(sorted(shingles(text, ngram)))
     return sketch
@@ -82,6 +86,8 @@ def near_dedup(docs: Iterable[T], *, threshold: float = 0.8, num_perm: int = 128
     """
     if not 0.0 < threshold < 1.0:
         raise NemotronError(f"near_dedup threshold must be between 0 and 1 (exclusive), got {threshold}")
+    from datasketch import MinHashLSH
+
     index = MinHashLSH(threshold=threshold, num_perm=num_perm)
     sketches: dict[str, MinHash] = {}
     kept, dropped = [], 0

