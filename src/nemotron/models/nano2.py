@@ -1,0 +1,224 @@
+"""The nano2 model: Nemotron Nano 2's hybrid Mamba-Transformer, sized per scale.
+
+Nemotron Nano 2 (NVIDIA, 2025, arXiv:2508.14444) builds on Nemotron-H (arXiv:2504.03624): most
+self-attention layers of a Transformer are replaced by Mamba-2 layers (Dao & Gu, 2024), whose cost
+grows linearly with sequence length and whose generation state has a fixed size. Each layer of the
+stack is ONE of three residual blocks (pre-RMSNorm, then the mixer, then the residual add), written as
+a pattern string, one character per layer:
+
+    M  Mamba-2 mixer       (sequence mixing with a selective state space; no positions needed)
+    *  self-attention      (grouped-query attention, no position embedding at all: "NoPE",
+                            the Mamba layers before it already encode order)
+    -  MLP                 (up-projection, squared ReLU (So et al., 2021, Primer), down-projection)
+
+The 9B model is `M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-`: 56 layers, 27 Mamba-2,
+25 MLP and only 4 attention layers. Our smaller scales keep that character: Mamba and MLP layers
+alternate and about one layer in seven is attention.
+
+We build the model with transformers' own `NemotronHConfig` / `NemotronHForCausalLM`, so a checkpoint
+is a standard Hugging Face folder (`AutoModelForCausalLM.from_pretrained` loads it). In transformers
+5.23 the pattern is stored as `layers_block_type` (M -> "linear_attention" in transformers' naming,
+* -> "full_attention", - -> "mlp"); the config still accepts Megatron's `hybrid_override_pattern`
+string, which is what we write in the table below. The Mamba kernel is chosen automatically: the
+`mamba_ssm` / `causal_conv1d` CUDA kernels when installed, otherwise the PyTorch reference code (the
+CPU path used here; `use_mamba_kernels` is deprecated and has no effect in 5.23).
+
+Training notes that matter on a CPU:
+- call the model with `use_cache=False` when training: the default (`use_cache=True`, needed for
+  generation) allocates a recurrent-state cache on every forward pass for nothing;
+- the reference Mamba scan materialises (chunk_size x chunk_size) blocks per head; chunk_size 64 is
+  the fastest we measured for 256-token sequences on 2 CPU cores (see the report in benchmarks/).
+
+Scales (parameters counted with the vocabulary in `VOCAB_SIZES`; `count_parameters` prints them):
+    tiny   ~1.8M   a 7-layer M-M*-M- stack that learns Shakespeare-like text in ~2 CPU minutes
+    small  ~12M    15 layers, 2 attention
+    medium ~100M   13 wider layers
+    full   8.89B   the published NVIDIA-Nemotron-Nano-9B-v2 shape (GPU cluster only)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import NemotronHConfig, NemotronHForCausalLM
+
+from nemotron.data_prep.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from nemotron.errors import NemotronError
+
+PATTERN_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
+
+# The tokenizer vocabulary each scale is designed for (embedding + output head are 2 * vocab * hidden
+# parameters, so the vocabulary is part of a model's size). The recipe trains its tokenizer with this.
+VOCAB_SIZES = {"tiny": 4096, "small": 8192, "medium": 32768, "full": 131072}
+
+# One row per scale: every NemotronHConfig field that shapes the model, spelled out.
+# Mamba-2 inner width is mamba_num_heads * mamba_head_dim (2x hidden, Mamba's usual expand=2);
+# ssm_state_size is the recurrent state per head channel; n_groups shares B/C projections between heads.
+SCALES: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        hybrid_override_pattern="M-M*-M-",
+        hidden_size=128,
+        intermediate_size=512,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        mamba_num_heads=4,
+        mamba_head_dim=64,
+        ssm_state_size=16,
+        n_groups=1,
+        conv_kernel=4,
+        chunk_size=64,
+        max_position_embeddings=1024,
+    ),
+    "small": dict(
+        hybrid_override_pattern="M-M-M*-M-M-M*-M-",
+        hidden_size=256,
+        intermediate_size=1024,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=32,
+        mamba_num_heads=8,
+        mamba_head_dim=64,
+        ssm_state_size=32,
+        n_groups=1,
+        conv_kernel=4,
+        chunk_size=64,
+        max_position_embeddings=2048,
+    ),
+    "medium": dict(
+        hybrid_override_pattern="M-M-M*-M-M-M-",
+        hidden_size=768,
+        intermediate_size=3072,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=64,
+        mamba_num_heads=24,
+        mamba_head_dim=64,
+        ssm_state_size=64,
+        n_groups=2,
+        conv_kernel=4,
+        chunk_size=128,
+        max_position_embeddings=4096,
+    ),
+    # NVIDIA-Nemotron-Nano-9B-v2, from its Hugging Face config.json and Megatron-Bridge's
+    # NemotronNanoModelProvider9Bv2 (megatron/bridge/models/nemotronh/nemotron_h_provider.py).
+    "full": dict(
+        hybrid_override_pattern="M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+        hidden_size=4480,
+        intermediate_size=15680,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        mamba_num_heads=128,
+        mamba_head_dim=80,
+        ssm_state_size=128,
+        n_groups=8,
+        conv_kernel=4,
+        chunk_size=128,
+        max_position_embeddings=131072,
+    ),
+}
+
+# Settings shared by every scale, as in Nano 2: untied input/output embeddings, no biases, RMSNorm eps.
+COMMON = dict(
+    tie_word_embeddings=False,
+    use_bias=False,
+    mlp_bias=False,
+    attention_bias=False,
+    use_conv_bias=True,
+    mlp_hidden_act="relu2",
+    layer_norm_epsilon=1e-5,
+    initializer_range=0.02,
+    rescale_prenorm_residual=True,
+    residual_in_fp32=False,
+)
+
+
+def build_config(scale: str, vocab_size: int, **overrides: Any) -> NemotronHConfig:
+    """The NemotronHConfig of `scale` with `vocab_size`; any field can be overridden by keyword.
+
+    `overrides` take NemotronHConfig field names (plus `hybrid_override_pattern`); an unknown name or
+    an inconsistent shape is a NemotronError, never a silently ignored setting.
+    """
+    if scale not in SCALES:
+        raise NemotronError(f"unknown model scale {scale!r}; use one of {', '.join(SCALES)}")
+    if vocab_size <= EOS_ID:
+        raise NemotronError(f"vocab_size={vocab_size} is too small: it must hold the special tokens 0..{EOS_ID}")
+    known = {field.name for field in dataclasses.fields(NemotronHConfig)} | {"hybrid_override_pattern"}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise NemotronError(
+            f"unknown model setting(s) {', '.join(unknown)} for scale {scale!r}; use NemotronHConfig field names "
+            "(e.g. hidden_size, hybrid_override_pattern, mamba_num_heads)"
+        )
+    settings = {**COMMON, **SCALES[scale], **overrides}
+    if "layers_block_type" in overrides:  # an explicit list wins over the table's pattern string
+        settings.pop("hybrid_override_pattern", None)
+    else:
+        _check_pattern(settings["hybrid_override_pattern"])
+    _check_shapes(settings)
+    try:
+        return NemotronHConfig(
+            vocab_size=vocab_size,
+            pad_token_id=PAD_ID,
+            bos_token_id=BOS_ID,
+            eos_token_id=EOS_ID,
+            **settings,
+        )
+    except (ValueError, TypeError) as error:
+        raise NemotronError(f"invalid model settings for scale {scale!r}: {error}") from None
+
+
+def build_model(config: NemotronHConfig, seed: int) -> NemotronHForCausalLM:
+    """A freshly initialised model; the same config and seed give bit-identical weights.
+
+    The seed is used in a forked RNG, so building a model does not disturb the caller's random state.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = NemotronHForCausalLM(config)
+    return model
+
+
+def count_parameters(model_or_config: nn.Module | NemotronHConfig) -> int:
+    """Number of parameters of a model, or of the model a config describes (built on the meta
+    device, so even the 9B shape is counted without allocating memory)."""
+    if isinstance(model_or_config, NemotronHConfig):
+        with torch.device("meta"):
+            model_or_config = NemotronHForCausalLM(model_or_config)
+    return sum(parameter.numel() for parameter in model_or_config.parameters())
+
+
+def describe_pattern(pattern: str) -> str:
+    """'M-M*-M-' -> '7 layers: 3 Mamba-2, 3 MLP, 1 attention' (for logs and READMEs)."""
+    counts = {name: pattern.count(symbol) for symbol, name in PATTERN_SYMBOLS.items()}
+    parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda item: -item[1]) if n)
+    return f"{len(pattern)} layers: {parts}"
+
+
+def _check_pattern(pattern: Any) -> None:
+    if not isinstance(pattern, str) or not pattern:
+        raise NemotronError(f"hybrid_override_pattern must be a non-empty string like 'M-M*-M-', got {pattern!r}")
+    bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+    if bad:
+        raise NemotronError(
+            f"hybrid_override_pattern {pattern!r} has unknown layer symbol(s) {''.join(bad)!r}; "
+            "use M (Mamba-2), * (attention), - (MLP)"
+        )
+
+
+def _check_shapes(settings: dict[str, Any]) -> None:
+    """The divisibility rules the Mamba-2 and attention layers assume, checked up front with names."""
+    rules = [
+        ("mamba_num_heads", "n_groups", "Mamba-2 heads are split evenly between B/C groups"),
+        ("num_attention_heads", "num_key_value_heads", "query heads share key/value heads evenly (GQA)"),
+    ]
+    for numerator, denominator, why in rules:
+        if settings[numerator] % settings[denominator]:
+            raise NemotronError(
+                f"{numerator}={settings[numerator]} is not divisible by {denominator}={settings[denominator]} "
+                f"({why}); change one of them"
+            )

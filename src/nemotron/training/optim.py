@@ -1,0 +1,110 @@
+"""The optimizer and learning-rate schedule every nano2 training stage uses.
+
+- `build_optimizer(model, lr, weight_decay)`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight
+  Decay Regularization") over two parameter groups, with and without weight decay.
+- `warmup_cosine(optimizer, warmup_steps, total_steps, min_lr_ratio)`: linear warmup, then a cosine
+  decay to `min_lr_ratio * lr` (Loshchilov & Hutter, 2017, SGDR; the schedule GPT-3 and the
+  Nemotron-H / Nano 2 reports use for pretraining), as a plain `torch.optim.lr_scheduler.LambdaLR`.
+
+Which parameters are not decayed, and why. Weight decay pulls every weight towards zero a little each
+step. That is a useful prior for the big projection matrices, but wrong for:
+- norm gains and biases (1-D tensors): they set the scale and offset of activations; decaying them
+  does not simplify the function, it only fights the norm (GPT-2 / minGPT, Megatron-LM's
+  `no_weight_decay_cond`);
+- Mamba-2's `A_log`, `D` and `dt_bias` (1-D as well): they parameterise the state-space dynamics and
+  are initialised to a deliberate range; mamba_ssm marks them `_no_weight_decay` (Gu & Dao, 2024);
+- token embeddings: a row only gets a gradient when its token occurs, but decay shrinks every row on
+  every step, so rare tokens' embeddings would be driven to zero (minGPT's `no_decay` on
+  `nn.Embedding`). The untied output head is a Linear layer and is decayed like the others.
+So: a tensor with fewer than two dimensions, or an `nn.Embedding` weight, goes to the no-decay group.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from nemotron.errors import NemotronError
+
+# (0.9, 0.95) is the GPT-3 / Megatron pretraining choice: beta2 below 0.999 makes Adam react faster
+# to a sudden gradient-scale change, which keeps small-batch language-model training stable.
+DEFAULT_BETAS = (0.9, 0.95)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Split the trainable parameters into a decayed and a non-decayed group (see module docstring).
+
+    Each group also carries the parameter `names` so a reader (or a test) can see who went where.
+    """
+    embedding_weights = {id(module.weight) for module in model.modules() if isinstance(module, nn.Embedding)}
+    decay: list[tuple[str, nn.Parameter]] = []
+    no_decay: list[tuple[str, nn.Parameter]] = []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        if parameter.ndim < 2 or id(parameter) in embedding_weights:
+            no_decay.append((name, parameter))
+        else:
+            decay.append((name, parameter))
+    return [
+        {"params": [p for _, p in decay], "names": [n for n, _ in decay], "weight_decay": weight_decay},
+        {"params": [p for _, p in no_decay], "names": [n for n, _ in no_decay], "weight_decay": 0.0},
+    ]
+
+
+def build_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = DEFAULT_BETAS,
+    eps: float = 1e-8,
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (see the module docstring for which tensors)."""
+    if lr <= 0:
+        raise NemotronError(f"learning rate must be positive, got lr={lr}; pass e.g. --lr 3e-3")
+    if weight_decay < 0:
+        raise NemotronError(f"weight_decay must be >= 0, got {weight_decay}; pass e.g. --weight-decay 0.1")
+    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
+
+
+class WarmupCosine:
+    """The LR multiplier at a step: linear warmup to 1, cosine down to `min_lr_ratio`, then flat.
+
+    A callable object rather than a lambda so `LambdaLR.state_dict()` saves its settings with the
+    checkpoint (LambdaLR only stores objects, not functions).
+    """
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> None:
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            # (step + 1) / (warmup + 1): the first step already learns a little (nanoGPT's choice),
+            # instead of a wasted step at lr = 0.
+            return (step + 1) / (self.warmup_steps + 1)
+        if step >= self.total_steps:
+            return self.min_lr_ratio
+        progress = (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))  # 1 -> 0
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1
+) -> LambdaLR:
+    """A LambdaLR that follows `WarmupCosine`; call `scheduler.step()` once after each optimizer step."""
+    if total_steps <= 0:
+        raise NemotronError(f"total_steps must be positive, got {total_steps}; pass e.g. --steps 300")
+    if not 0 <= warmup_steps <= total_steps:
+        raise NemotronError(
+            f"warmup_steps={warmup_steps} must be between 0 and total_steps={total_steps}; "
+            "lower --warmup-steps"
+        )
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise NemotronError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}; pass e.g. 0.1")
+    return LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps, min_lr_ratio))

@@ -1,0 +1,227 @@
+"""SFT batches from packed Parquet: several conversations per row, kept apart, loss on assistant tokens.
+
+A packed row (see `nemotron.data_prep.packing`) holds conversations back to back, `seq_start_id`
+marking where each starts, and a loss mask that is already shifted to the labels: `loss_mask[i] == 1`
+means "predicting token i+1 from position i is trained". This module turns rows into model inputs:
+
+- `collate_packed(rows, pad_id)` -> `SFTBatch`: rows padded to the longest one, labels = the next
+  token, the shifted mask as per-position loss weights, and `position_ids` that restart at 0 at every
+  conversation start (padding is a segment of its own).
+- `collate_per_conversation(rows, pad_id)`: the same conversations one per batch row (right-padded),
+  the exact "no packing" layout every conversation sees at inference. Used to measure what packing
+  changes (tests, benchmarks/bench_sft_packing.py).
+- `masked_token_loss(logits, batch)`: the SUM of next-token cross-entropy over trained positions. The
+  caller divides by the number of trained tokens of the whole optimizer step, see the SFT step.
+- `PackedBatches`: seeded, resumable epochs of rows, split into micro-batches and across DDP ranks.
+- `validation_loss(model, rows, pad_id)`: mean loss per trained token over held-out rows.
+- `check_rows_fit(rows, model_config, where)`: refuse ids beyond the embedding, rows beyond the context.
+
+How packed conversations are kept from leaking into one another (transformers 5.23, NemotronH):
+- Loss: never crosses a boundary. The last position of every conversation has mask 0 (its "next
+  token" is the next conversation's first), `read_packed` checks it, and padding has mask 0.
+- Attention layers: block-diagonal. With `attention_mask=None` and no cache, transformers'
+  `create_causal_mask` reads segments off `position_ids` (a new segment wherever the position does
+  not grow by one, `masking_utils.find_packed_sequence_indices`) and builds a causal mask that is
+  also block-diagonal, for every attention backend: sdpa and eager here, flash-attention varlen with
+  cu_seqlens on a GPU (the HF "packing with position_ids" path, as `DataCollatorWithFlattening`).
+  Nemotron-H attention uses no position embedding (NoPE), so position_ids change nothing else.
+- Mamba-2 layers: NOT isolated. The PyTorch reference scan (the CPU path) has no notion of
+  sub-sequences: the recurrent state and the 4-tap causal convolution carry from one conversation into
+  the next. The CUDA kernels (`mamba_ssm`) can reset the state with `seq_idx`, which transformers
+  does not derive from position_ids. `collate_per_conversation` is the exact alternative; the SFT step
+  says which one it trains with and why (measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nemotron.data_prep.packing import PackedRow
+from nemotron.errors import NemotronError
+
+
+@dataclass
+class SFTBatch:
+    """Model inputs for one micro-batch. All tensors are (batch, length)."""
+
+    input_ids: torch.Tensor  # int64, padded with pad_id
+    position_ids: torch.Tensor  # int64, 0, 1, 2, ... restarting at each conversation (and at padding)
+    labels: torch.Tensor  # int64, labels[b, i] = input_ids[b, i + 1] (pad_id where nothing follows)
+    loss_mask: torch.Tensor  # float32 0/1: the prediction of labels[b, i] is trained
+    num_tokens: int  # real (not padding) tokens: what throughput is counted in
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return int(self.loss_mask.sum().item())
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword arguments for `model(...)`; attention_mask stays None so the packed mask is built."""
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids}
+
+
+def _segments(row: PackedRow) -> list[tuple[int, int]]:
+    return list(itertools.pairwise(row.cu_seqlens().tolist()))
+
+
+def collate_packed(rows: Sequence[PackedRow], pad_id: int) -> SFTBatch:
+    """Rows as they are stored, several conversations each, padded to the longest row."""
+    length = max(len(row.input_ids) for row in rows)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.int64)
+    labels = torch.full_like(input_ids, pad_id)
+    position_ids = torch.zeros_like(input_ids)
+    loss_mask = torch.zeros(len(rows), length, dtype=torch.float32)
+    for b, row in enumerate(rows):
+        n = len(row.input_ids)
+        tokens = torch.from_numpy(row.input_ids.astype(np.int64))
+        input_ids[b, :n] = tokens
+        labels[b, : n - 1] = tokens[1:]
+        loss_mask[b, :n] = torch.from_numpy(row.loss_mask.astype(np.float32))
+        for start, end in _segments(row):
+            position_ids[b, start:end] = torch.arange(end - start)
+        position_ids[b, n:] = torch.arange(length - n)  # padding: its own segment, attended by nobody real
+    return SFTBatch(input_ids, position_ids, labels, loss_mask, num_tokens=sum(len(row.input_ids) for row in rows))
+
+
+def collate_per_conversation(rows: Sequence[PackedRow], pad_id: int) -> SFTBatch:
+    """Every conversation of `rows` in its own batch row, right-padded: nothing can leak, at a cost."""
+    pieces = [
+        PackedRow(
+            input_ids=row.input_ids[start:end],
+            loss_mask=row.loss_mask[start:end],
+            seq_start_id=np.zeros(1, dtype=np.int32),
+        )
+        for row in rows
+        for start, end in _segments(row)
+    ]
+    return collate_packed(pieces, pad_id)
+
+
+def masked_token_loss(logits: torch.Tensor, batch: SFTBatch) -> torch.Tensor:
+    """Sum of next-token cross-entropy over the trained positions (a scalar, float32)."""
+    per_token = F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten(), reduction="none")
+    return (per_token * batch.loss_mask.flatten()).sum()
+
+
+class PackedBatches:
+    """Seeded, resumable optimizer-step batches of packed rows (or of any items: DPO passes pair ids).
+
+    One optimizer step consumes a global batch of `micro_batch_size * accumulation * world_size`
+    rows. Each epoch visits every row once in a permutation drawn from `(seed, epoch)`; a global batch
+    that runs past an epoch's end continues into the next, so batches are always full. Every rank walks
+    the same order and takes its own contiguous slice, cut into `accumulation` micro-batches. The
+    position `(epoch, index)` is the whole data state saved in checkpoints.
+    """
+
+    def __init__(
+        self,
+        rows: Sequence[PackedRow],
+        micro_batch_size: int,
+        accumulation: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if micro_batch_size < 1 or accumulation < 1:
+            raise NemotronError(
+                f"micro_batch_size={micro_batch_size} and accumulation={accumulation} must be at least 1"
+            )
+        self.rows, self.seed = list(rows), seed
+        self.micro_batch_size, self.accumulation = micro_batch_size, accumulation
+        self.rank, self.world_size = rank, world_size
+        self.global_batch_size = micro_batch_size * accumulation * world_size
+        if len(self.rows) < self.global_batch_size:
+            raise NemotronError(
+                f"the packed data has {len(self.rows)} rows, fewer than one global batch of "
+                f"{self.global_batch_size} (micro batch x accumulation x processes); add data or lower them"
+            )
+        self.epoch, self.index = 0, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed,
+                "global_batch_size": self.global_batch_size, "num_rows": len(self.rows)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, mine in (("seed", self.seed), ("global_batch_size", self.global_batch_size),
+                          ("num_rows", len(self.rows))):
+            if state.get(key) != mine:
+                raise NemotronError(
+                    f"cannot resume the data position: the checkpoint was made with {key}={state.get(key)}, "
+                    f"this run has {key}={mine}; resume with the same dataset, seed and batch settings "
+                    "(or use a new output folder)"
+                )
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+    def next_step(self) -> list[list[PackedRow]]:
+        """This rank's micro-batches (lists of rows) for the next optimizer step."""
+        ids = self._take(self.global_batch_size)
+        per_rank = self.micro_batch_size * self.accumulation
+        mine = ids[self.rank * per_rank : (self.rank + 1) * per_rank]
+        return [
+            [self.rows[int(i)] for i in mine[start : start + self.micro_batch_size]]
+            for start in range(0, per_rank, self.micro_batch_size)
+        ]
+
+    def _take(self, count: int) -> np.ndarray:
+        taken = []
+        while count:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.rows))
+            chunk = order[self.index : self.index + count]
+            taken.append(chunk)
+            count -= len(chunk)
+            self.index += len(chunk)
+            if self.index == len(self.rows):
+                self.epoch, self.index = self.epoch + 1, 0
+        return np.concatenate(taken)
+
+
+def check_rows_fit(rows: Sequence[PackedRow], model_config, where: str) -> None:
+    """Refuse token ids beyond the model's embedding table and rows longer than its context."""
+    largest = max(int(row.input_ids.max()) for row in rows)
+    if largest >= model_config.vocab_size:
+        raise NemotronError(
+            f"{where}: token id {largest} is beyond the model's vocab_size={model_config.vocab_size}; the data "
+            "was tokenized with another tokenizer than the model's, re-run data curation from this checkpoint"
+        )
+    longest = max(len(row.input_ids) for row in rows)
+    context = getattr(model_config, "max_position_embeddings", None)
+    if context is not None and longest > context:
+        raise NemotronError(
+            f"{where}: packed rows of {longest} tokens exceed the model's max_position_embeddings={context}; "
+            f"re-pack the data with --pack-size {context} or smaller"
+        )
+
+
+@torch.no_grad()
+def validation_loss(
+    model: torch.nn.Module,
+    rows: Sequence[PackedRow],
+    pad_id: int,
+    collate=collate_packed,
+    batch_size: int = 8,
+    rank: int = 0,
+    world_size: int = 1,
+    autocast: contextlib.AbstractContextManager | None = None,
+) -> float:
+    """Mean cross-entropy per trained token over all `rows` (each rank scores its share; all ranks
+    get the same number). The model is put back in training mode afterwards."""
+    from nemotron.training.distributed import all_reduce_mean
+
+    was_training = model.training
+    model.eval()
+    mine = rows[rank::world_size]
+    total, count = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+    for start in range(0, len(mine), batch_size):
+        batch = collate(mine[start : start + batch_size], pad_id)
+        with autocast or contextlib.nullcontext():
+            logits = model(**batch.model_inputs(), use_cache=False).logits
+        total += masked_token_loss(logits, batch).double()
+        count += batch.num_loss_tokens
+    model.train(was_training)
+    return (all_reduce_mean(total) / all_reduce_mean(count).clamp(min=1.0)).item()

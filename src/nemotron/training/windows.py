@@ -1,0 +1,155 @@
+"""Pretraining batches: fixed-length windows cut from the token stream of bin/idx shards.
+
+How pretraining sees its data (the GPT recipe, as in Megatron-LM's `GPTDataset`):
+1. The documents of all shards, in order, form one token stream. Every document already ends with
+   EOS (data prep appends it), so the model learns where a document stops and another begins.
+2. The stream is cut into windows of `seq_len + 1` tokens that overlap by one token: window i covers
+   tokens [i * seq_len, (i + 1) * seq_len + 1). Inputs are window[:-1], targets window[1:], so every
+   token of the stream is predicted exactly once per epoch. The tail shorter than a window is unused.
+   Windows cross document boundaries; attention (and Mamba's state) then sees the end of one
+   document before the next, which is harmless because EOS marks the cut (GPT-3 does the same).
+3. Each epoch visits all windows in a fresh permutation drawn from `(seed, epoch)`, batch after
+   batch. A batch that runs past the end of an epoch continues in the next one, so every batch is
+   full and no window is skipped.
+
+The position in this sequence, `(epoch, index)`, is the whole data state: `state_dict()` goes into
+the checkpoint, `load_state_dict()` puts it back, and the resumed run reads exactly the batches an
+uninterrupted run would have read. With several processes (DDP), every rank walks the same global
+order and takes its own slice of each global batch, so the state is identical on all ranks.
+
+Shards are memory-mapped (`IndexedReader`), so the stream is never loaded into memory as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nemotron.data_prep.indexed import IndexedReader
+from nemotron.errors import NemotronError
+
+
+class TokenWindows:
+    """Seeded, resumable batches of `(batch_size, seq_len + 1)` token windows from bin/idx shards."""
+
+    def __init__(
+        self,
+        shard_prefixes: Sequence[Path | str],
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if not shard_prefixes:
+            raise NemotronError("no pretraining shards given; pass the bin/idx prefixes of the tokenized dataset")
+        if seq_len < 1 or batch_size < 1:
+            raise NemotronError(f"seq_len and batch_size must be positive, got {seq_len} and {batch_size}")
+        if not 0 <= rank < world_size:
+            raise NemotronError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
+        self.rank, self.world_size = rank, world_size
+        self.shard_prefixes = [str(prefix) for prefix in shard_prefixes]
+        self._readers = [IndexedReader(prefix) for prefix in shard_prefixes]
+
+        # Global document table: where each document starts in the stream, and which shard holds it.
+        lengths = np.concatenate([np.asarray(reader.sequence_lengths, dtype=np.int64) for reader in self._readers])
+        self._doc_starts = np.concatenate([[0], np.cumsum(lengths)])
+        self._shard_first_doc = np.cumsum([0] + [len(reader) for reader in self._readers])
+        self.num_tokens = int(self._doc_starts[-1])
+
+        self.num_windows = (self.num_tokens - 1) // seq_len if self.num_tokens else 0
+        self.global_batch_size = batch_size * world_size
+        if self.num_windows < self.global_batch_size:
+            raise NemotronError(
+                f"the shards hold {self.num_tokens} tokens, only {self.num_windows} windows of "
+                f"seq_len+1={seq_len + 1}, fewer than one global batch of {self.global_batch_size} "
+                f"({', '.join(self.shard_prefixes)}); add data, or lower seq_len or batch_size"
+            )
+        self.epoch, self.index = 0, 0
+        self._permutation_epoch, self._permutation = -1, np.empty(0, dtype=np.int64)
+
+    # ---- the data state saved in checkpoints ------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The position of the next batch, plus what it means (to refuse resuming on other data)."""
+        return {
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "global_batch_size": self.global_batch_size,
+            "num_windows": self.num_windows,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("seed", "seq_len", "global_batch_size", "num_windows"):
+            if state.get(key) != getattr(self, key):
+                raise NemotronError(
+                    f"cannot resume the data position: the checkpoint was made with {key}="
+                    f"{state.get(key)}, this run has {key}={getattr(self, key)}; resume with the same "
+                    "dataset, seed, seq_len and batch size (or start a new run folder)"
+                )
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+    # ---- batches --------------------------------------------------------------------------------
+
+    def next_batch(self) -> torch.Tensor:
+        """This rank's `(batch_size, seq_len + 1)` int64 windows of the next global batch."""
+        window_ids = self._take_global_batch()
+        mine = window_ids[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
+        return torch.from_numpy(np.stack([self.window(int(i)) for i in mine]))
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        while True:
+            yield self.next_batch()
+
+    def window(self, i: int) -> np.ndarray:
+        """Window i of the stream as int64: tokens [i * seq_len, (i + 1) * seq_len + 1)."""
+        if not 0 <= i < self.num_windows:
+            raise IndexError(f"window {i} out of range ({self.num_windows} windows)")
+        return self._stream_slice(i * self.seq_len, (i + 1) * self.seq_len + 1)
+
+    @property
+    def tokens_per_batch(self) -> int:
+        """Tokens predicted per global batch (the number to count throughput and budgets in)."""
+        return self.global_batch_size * self.seq_len
+
+    def _take_global_batch(self) -> np.ndarray:
+        """The next `global_batch_size` window ids, crossing into the next epoch when needed."""
+        taken: list[np.ndarray] = []
+        needed = self.global_batch_size
+        while needed:
+            order = self._epoch_permutation(self.epoch)
+            chunk = order[self.index : self.index + needed]
+            taken.append(chunk)
+            needed -= len(chunk)
+            self.index += len(chunk)
+            if self.index == self.num_windows:
+                self.epoch, self.index = self.epoch + 1, 0
+        return np.concatenate(taken)
+
+    def _epoch_permutation(self, epoch: int) -> np.ndarray:
+        # One generator per (seed, epoch): an epoch's order never depends on how the run got there.
+        if epoch != self._permutation_epoch:
+            self._permutation = np.random.default_rng([self.seed, epoch]).permutation(self.num_windows)
+            self._permutation_epoch = epoch
+        return self._permutation
+
+    def _stream_slice(self, start: int, stop: int) -> np.ndarray:
+        """Tokens [start, stop) of the concatenated stream, gathered from the documents they span."""
+        pieces = []
+        position = start
+        while position < stop:
+            # The last document starting at or before `position` contains it (empty ones are skipped).
+            doc = int(np.searchsorted(self._doc_starts, position, side="right")) - 1
+            doc_start, doc_end = int(self._doc_starts[doc]), int(self._doc_starts[doc + 1])
+            end = min(stop, doc_end)
+            shard = int(np.searchsorted(self._shard_first_doc, doc, side="right")) - 1
+            tokens = self._readers[shard][doc - int(self._shard_first_doc[shard])]
+            pieces.append(tokens[position - doc_start : end - doc_start])
+            position = end
+        return np.concatenate(pieces).astype(np.int64)
