@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/hello_pipeline --scale tiny --output-dir runs/hello
+	$(PY) -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -23,6 +23,7 @@ import tyro
 
 from nemotron.artifact import SCALES, Artifact, print_complete
 from nemotron.errors import NemotronError
+from nemotron.trackers import get_lineage_tracker
 
 EXIT_BAD_INPUT = 2
 
@@ -50,6 +51,7 @@ def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] |
         config = parse(main, args)
         check_scale(config)
         print_complete(main(config))
+        get_lineage_tracker().finish()  # flush a W&B run; a no-op for the others
     except NemotronError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

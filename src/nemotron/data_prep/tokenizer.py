@@ -7,6 +7,8 @@ What this module does:
   `transformers.AutoTokenizer.from_pretrained(folder)` loads offline.
 - `load_tokenizer(folder)` loads any such folder (ours or a downloaded one) and turns every failure into
   one `NemotronError` line naming the folder.
+- `check_same_vocabulary(a, b, ...)` refuses two tokenizers that would give the same text different ids
+  (a checkpoint and a dataset made with another tokenizer).
 
 Why byte-level BPE: it is the scheme of GPT-2 (Radford et al., 2019) and of most open LMs since,
 Nemotron included. Every string is first mapped to its UTF-8 bytes, each byte to a printable
@@ -25,6 +27,7 @@ vocab_size give a byte-identical `tokenizer.json` (tested).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -47,6 +50,11 @@ PAD_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = range(len(SPECIAL_TOKENS))
 # A byte-level vocabulary always contains the 256 byte symbols plus the special tokens.
 MIN_VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 
+
+# The tokenizer vocabulary each scale is designed for (embedding + output head are 2 * vocab * hidden
+# parameters, so the vocabulary is part of a model's size). Stage 0 data curation trains its tokenizer with this;
+# nemotron.models.nano2 sizes its embeddings for it.
+VOCAB_SIZES = {"tiny": 4096, "small": 8192, "medium": 32768, "full": 131072}
 
 def build_bpe_tokenizer() -> Tokenizer:
     """An untrained byte-level BPE pipeline: bytes in, bytes out, nothing normalized away."""
@@ -135,6 +143,37 @@ def load_tokenizer(path: Path | str) -> PreTrainedTokenizerFast:
             "nemotron needs a fast tokenizer folder with a tokenizer.json"
         )
     return tokenizer
+
+
+def check_same_vocabulary(
+    tokenizer: PreTrainedTokenizerFast, reference: PreTrainedTokenizerFast, where: str, reference_where: str
+) -> None:
+    """Refuse two tokenizers that would turn the same text into different ids.
+
+    A model only understands the ids it was trained with: fine-tuning a checkpoint on data tokenized by
+    another tokenizer trains it on shuffled symbols, silently. Compared: every token and its id
+    (special tokens included) and the BPE merges, which decide how text splits into those tokens.
+    """
+    vocab, reference_vocab = tokenizer.get_vocab(), reference.get_vocab()
+    problem = None
+    if vocab != reference_vocab:
+        differing = sorted(set(vocab.items()) ^ set(reference_vocab.items()), key=lambda item: item[1])
+        token = differing[0][0]
+        problem = (
+            f"the vocabularies differ ({len(vocab)} vs {len(reference_vocab)} tokens; e.g. {token!r} is id "
+            f"{vocab.get(token)} vs {reference_vocab.get(token)})"
+        )
+    elif _bpe_model(tokenizer) != _bpe_model(reference):
+        problem = "the vocabularies match but the BPE merges differ, so the same text splits differently"
+    if problem:
+        raise NemotronError(
+            f"the tokenizer of {where} does not match the tokenizer of {reference_where}: {problem}; "
+            "use the data made with this model's tokenizer (re-run data curation from this checkpoint)"
+        )
+
+
+def _bpe_model(tokenizer: PreTrainedTokenizerFast) -> dict:
+    return json.loads(tokenizer.backend_tokenizer.to_str())["model"]
 
 
 class _CountingIterator:

@@ -27,7 +27,7 @@ def run_step(
     inputs: list[Artifact] = (),
     force: bool = False,
 ) -> A:
-    name = f"{main.__module__.rsplit('.', 2)[-2]}/{main.__module__.rsplit('.', 1)[-1]}"
+    name = "/".join(main.__module__.split(".")[-2:])  # e.g. stage0_pretrain/training
     if not force and (done := artifact_class.reuse(config, inputs)) is not None:
         print(f"[skip] {name}: {done.path} is up to date", file=sys.stderr)
         return done

@@ -22,7 +22,7 @@ per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5. `--blend-path blend.json`
 Scale: the corpus is already small, so every scale uses all of it: at tiny, the number of training
 steps bounds what the model sees, not the corpus. Scale caps documents only for big user blends
 (tiny keeps at most 10,000, chosen by a seeded hash of their ids), and sets the vocabulary:
-tiny 4,096, small 16,384, medium 32,768, full 131,072 tokens (Nemotron Nano 2's vocabulary).
+tiny 4,096, small 8,192, medium 32,768, full 131,072 tokens (Nemotron Nano 2's vocabulary).
 
 Re-running into the same `--output-dir` is cheap and safe, because each expensive result has a
 receipt (`nemotron.data_prep.receipts`) naming the run hash of its inputs: the split files are re-used
@@ -83,12 +83,12 @@ from nemotron.data_prep.sources import read_jsonl, write_jsonl
 from nemotron.data_prep.tokenizer import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
+    VOCAB_SIZES,
     load_tokenizer,
     train_tokenizer,
 )
 from nemotron.errors import NemotronError
 
-VOCAB_SIZES = {"tiny": 4096, "small": 16_384, "medium": 32_768, "full": 131_072}
 # "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957.
 FULL_DOCUMENTS = 1_000_000
 # Part of the curation run hash: bump it when a code change (a filter, dedup) alters the split files.
@@ -102,7 +102,7 @@ class Config:
     blend_path: Path | None = None
     """A JSON data blend; default: Shakespeare, one document per scene, split 90/5/5 by document id."""
     vocab_size: int | None = None
-    """BPE vocabulary size; default per scale (tiny 4096, small 16384, medium 32768, full 131072)."""
+    """BPE vocabulary size; default per scale (tokenizer.VOCAB_SIZES: tiny 4096, small 8192, medium 32768, full 131072)."""
     near_duplicate_threshold: float = 0.8
     """Estimated Jaccard similarity at which a later document counts as a near duplicate."""
     num_shards: int = 4

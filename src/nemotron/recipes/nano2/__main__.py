@@ -1,0 +1,75 @@
+"""The whole nano2 recipe: raw text -> pretrained -> instruction-tuned -> preference-aligned model.
+
+    python -m nemotron.recipes.nano2 --scale tiny                # ~5 minutes on a 2-core CPU
+    python -m nemotron.recipes.nano2 --scale tiny --force        # re-run every step
+
+Three stages, nine steps, called as plain functions; each stage's artifacts feed the next:
+
+  stage0_pretrain   data_curation -> training -> evaluation    (PretrainDataset, PretrainCheckpoint, PretrainResults)
+  stage1_sft        data_curation -> training -> evaluation    (SFTDataset, SFTCheckpoint, SFTResults)
+  stage2_alignment  data_curation -> training -> evaluation    (PreferenceDataset, DPOCheckpoint, DPOResults)
+
+At the end a report card is written to `<output-dir>/report/report.md` (see report.py). Re-running
+skips every step whose output is already there with the same config and inputs; an interrupted
+training step resumes from its last checkpoint. Every knob of every step is a flag:
+`--stage0.training.steps 100`, `--stage1.data-curation.pack-size 512`, ... (see --help).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nemotron.cli import run
+from nemotron.recipes.nano2.report import write_report
+from nemotron.recipes.nano2.stage0_pretrain import __main__ as stage0
+from nemotron.recipes.nano2.stage1_sft import __main__ as stage1
+from nemotron.recipes.nano2.stage2_alignment import __main__ as stage2
+
+
+@dataclass
+class Config:
+    """The nano2 recipe, all stages."""
+
+    output_dir: Path = Path("runs/nano2")
+    """Each stage writes into a folder of its own name under this one."""
+    scale: str = "tiny"
+    seed: int = 0
+    force: bool = False
+    """Re-run steps even when their output is up to date."""
+    stage0: stage0.Config = field(default_factory=stage0.Config)
+    stage1: stage1.Config = field(default_factory=stage1.Config)
+    stage2: stage2.Config = field(default_factory=stage2.Config)
+
+
+def main(config: Config) -> dict:
+    shared = dict(scale=config.scale, seed=config.seed, force=config.force)
+    out = config.output_dir
+
+    pretrain = stage0.main(replace(config.stage0, output_dir=out / "stage0_pretrain", **shared))
+    sft = stage1.main(
+        replace(
+            config.stage1,
+            checkpoint_path=pretrain["pretraincheckpoint"].path,
+            output_dir=out / "stage1_sft",
+            **shared,
+        )
+    )
+    aligned = stage2.main(
+        replace(
+            config.stage2,
+            checkpoint_path=sft["sftcheckpoint"].path,
+            dataset_path=sft["sftdataset"].path,
+            output_dir=out / "stage2_alignment",
+            **shared,
+        )
+    )
+
+    report = write_report(out)
+    print(f"report card: {report}", file=sys.stderr)
+    return {**pretrain, **sft, **aligned}
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,215 @@
+"""The nano2 report card, written from the artifacts alone.
+
+    python -m nemotron.recipes.nano2.report runs/nano2            # a recipe output folder
+    python -m nemotron.recipes.nano2.report runs/nano2/stage2_alignment/evaluation   # or any artifact
+
+Starting from the last evaluation artifact, it follows the recorded inputs back to the raw sources
+and writes, next to the recipe output (`<folder>/report/`):
+
+  report.md         lineage tree, each step's settings, the base / SFT / DPO metrics side by side,
+                    wall time per step
+  loss_curves.png   training loss (line) and validation loss (dots) of each training step,
+                    read from the metrics JSONL each checkpoint artifact references
+
+Nothing here re-runs a model or reads a tracker: if the artifacts are on disk, the report can be
+rebuilt, by anyone, at any time.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from nemotron.artifact import METADATA, atomic_write_text
+from nemotron.artifact.__main__ import lineage_lines, read_metadata
+from nemotron.errors import NemotronError
+from nemotron.training.metrics import read_metrics
+
+# The recipe's steps in order: (stage folder, step folder). The report lists what exists of these.
+STEPS = [
+    (stage, step)
+    for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
+    for step in ("data_curation", "training", "evaluation")
+]
+MODELS = ("base", "sft", "dpo")  # metric prefixes, in the order the recipe produces the models
+
+
+def collect(starts: list[Path]) -> list[dict[str, Any]]:
+    """Every artifact reachable from `starts` through recorded inputs, inputs before consumers."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def visit(path: str) -> None:
+        if path in found or not (Path(path) / METADATA).exists():
+            return  # seen already, or a raw source
+        data = read_metadata(path)
+        for ref in data.get("inputs", []):
+            visit(ref["path"])
+        found[path] = data
+
+    for start in starts:
+        visit(str(Path(start).resolve()))
+    return list(found.values())
+
+
+def find_artifacts(folder: Path) -> list[Path]:
+    """The artifact folder itself, or every step of a recipe output folder that has run."""
+    if (folder / METADATA).exists():
+        return [folder]
+    found = [folder / stage / step for stage, step in STEPS if (folder / stage / step / METADATA).exists()]
+    if not found:
+        raise NemotronError(
+            f"{folder}: no nano2 artifact found (looked for <stage>/<step>/metadata.json); "
+            "pass the recipe output folder or an artifact folder"
+        )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def side_by_side(artifacts: list[dict[str, Any]]) -> list[str]:
+    """Rows of `measure | base | sft | dpo` from metrics named `<model>_<measure>`."""
+    table: dict[str, dict[str, Any]] = {}
+    for art in artifacts:
+        if not art["type"].endswith("results"):
+            continue
+        for key, value in art.get("metrics", {}).items():
+            match = re.fullmatch(rf"({'|'.join(MODELS)})_(.+)", key)
+            if match and isinstance(value, (int, float)) and not isinstance(value, bool):
+                table.setdefault(match[2], {})[match[1]] = value
+    lines = ["| measure | base | SFT | DPO |", "|---|---|---|---|"]
+    for measure, by_model in table.items():
+        cells = [fmt(by_model[m]) if m in by_model else "" for m in MODELS]
+        lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plain_metrics(art: dict[str, Any]) -> list[str]:
+    lines = ["| metric | value |", "|---|---|"]
+    for key, value in art.get("metrics", {}).items():
+        if isinstance(value, (int, float, str)) and key != "wall_seconds":
+            lines.append(f"| {key} | {fmt(value)} |")
+    return lines
+
+
+def settings(art: dict[str, Any]) -> str:
+    """The step's config without locations and empty values: what a reader needs to reproduce it."""
+    items = [
+        f"{k}={fmt(v)}"
+        for k, v in art.get("config", {}).items()
+        if v not in (None, (), [], "") and not k.endswith(("_dir", "_path", "_artifact"))
+    ]
+    return ", ".join(items)
+
+
+def step_name(art: dict[str, Any]) -> str:
+    parts = Path(art["path"]).parts
+    return "/".join(parts[-2:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------
+
+
+def plot_loss_curves(checkpoints: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(checkpoints), figsize=(5 * len(checkpoints), 3.6), squeeze=False)
+    for ax, art in zip(axes[0], checkpoints):
+        records = read_metrics(art["metrics_path"])
+        steps = [r["step"] for r in records if "loss" in r]
+        ax.plot(steps, [r["loss"] for r in records if "loss" in r], lw=1, label="train loss")
+        val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
+        if val:
+            ax.plot(*zip(*val), "o-", ms=4, label="validation loss")
+        ax.set_title(step_name(art).split("/")[0])
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    axes[0][0].set_ylabel("loss")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------
+
+
+def write_report(folder: Path) -> Path:
+    """Write `<folder>/report/report.md` and its plots; return the report path."""
+    folder = Path(folder)
+    starts = find_artifacts(folder)
+    artifacts = collect(starts)
+    out = (folder if not (folder / METADATA).exists() else folder.parent.parent) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+
+    first = artifacts[0]
+    producer = first.get("producer") or {}
+    md = [
+        "# nano2 report card",
+        "",
+        f"scale **{first['scale']}**, seed **{first['seed']}**, nemotron {producer.get('version')}"
+        f", commit `{(producer.get('git_commit') or 'unknown')[:12]}`",
+        "",
+        "## Results: base (stage 0) vs SFT (stage 1) vs DPO (stage 2), on held-out data",
+        "",
+        *side_by_side(artifacts),
+    ]
+    for art in artifacts:
+        if art["type"] == "pretrainresults":
+            md += ["", "## Pretraining evaluation", "", *plain_metrics(art)]
+
+    checkpoints = [a for a in artifacts if a["type"].endswith("checkpoint") and "metrics_path" in a]
+    if checkpoints:
+        plot_loss_curves(checkpoints, out / "loss_curves.png")
+        md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
+
+    md += ["", "## Steps", "", "| step | wall time (s) | digest | settings |", "|---|---|---|---|"]
+    for art in artifacts:
+        wall = art.get("metrics", {}).get("wall_seconds")
+        md.append(
+            f"| {step_name(art)} | {fmt(wall) if wall is not None else ''} | "
+            f"`{(art.get('digest') or '')[:12]}` | {settings(art)} |"
+        )
+    total = sum(a.get("metrics", {}).get("wall_seconds") or 0 for a in artifacts)
+    md += ["", f"Total wall time of the steps: {total:.0f} s.", ""]
+    md += ["## Lineage", "", "```", *lineage_lines(starts[-1]), "```", ""]
+
+    report = out / "report.md"
+    atomic_write_text(report, "\n".join(md))
+    return report
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m nemotron.recipes.nano2.report FOLDER", file=sys.stderr)
+        return 2
+    try:
+        report = write_report(Path(argv[0]))
+    except NemotronError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"report written to {report}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
