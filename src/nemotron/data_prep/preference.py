@@ -1,0 +1,212 @@
+"""Preference pairs for DPO: build them from chat conversations, write and read them as JSONL.
+
+A preference pair says "for this prompt, this answer is better than that one". DPO (Rafailov et al.,
+2023) trains on exactly that, with no reward model. One pair is one JSONL record:
+
+    {"id": "chatterbot/ai/0", "category": "ai",
+     "prompt": [{"role": "user", "content": "What is AI?"}],      # the chat up to the answer
+     "chosen": "Artificial Intelligence is ...",                  # the reference answer
+     "rejected": "Intelligence the is Artificial ...",            # a plausible wrong answer
+     "rejected_kind": "shuffled"}
+
+Where real preference data comes from human or LLM-judge rankings of sampled answers (HH-RLHF,
+UltraFeedback, the Nemotron alignment data), we have neither offline, so `build_pairs` makes the
+rejected answer by rule, seeded per pair, with the rule recorded in `rejected_kind`:
+- "other_answer": the final answer of another conversation of the same category. It is fluent and on
+  topic but answers a different question, the hardest kind of negative here (a model must read the
+  prompt to tell). Answers given anywhere to the same question are excluded (they would be correct).
+- "shuffled": the chosen answer's words in a shuffled order: right vocabulary, wrong language.
+- "truncated": the chosen answer cut after 25-75% of its words: a model must learn to finish.
+Rule-made negatives are easy to tell apart, which is what a tiny model can learn in minutes; for
+real alignment pass judged pairs instead (stage 2's `--pairs-path`). A rejected answer is never the
+chosen one (compared after normalizing case and spacing).
+
+`read_pairs(path)` reads any preference JSONL (ours, or a user's in the same shape; TRL's
+conversational shape with message lists for prompt/chosen/rejected is accepted too) and refuses a
+record with an empty chosen or rejected answer, naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nemotron.data_prep.chat_template import CHAT_ROLES
+from nemotron.data_prep.conversations import Conversation, question_key
+from nemotron.data_prep.dedup import normalize
+from nemotron.data_prep.transforms import JsonlCounts, write_jsonl
+from nemotron.errors import NemotronError
+
+Pair = dict[str, Any]
+REJECTED_KINDS = ("other_answer", "shuffled", "truncated")
+WORD_SPAN = re.compile(r"\S+")
+PAIR_FIELDS = ("id", "category", "prompt", "chosen", "rejected", "rejected_kind")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building pairs from conversations
+# ---------------------------------------------------------------------------------------------------
+
+
+def build_pairs(conversations: Sequence[Conversation], seed: int, other_answer_share: float = 0.5) -> list[Pair]:
+    """One pair per conversation: its final assistant answer (chosen) against a rejected answer.
+
+    The kind is drawn per pair (seeded by seed and conversation id, so a pair does not change when
+    other conversations are added): "other_answer" with probability `other_answer_share`, else one
+    of the two corruptions. When the drawn kind is impossible (no other answer in the category, a
+    one-word answer cannot be shuffled) the other kinds are tried; a conversation for which none
+    works gets no pair (a one-word answer, alone in its category).
+    """
+    if not 0.0 <= other_answer_share <= 1.0:
+        raise NemotronError(f"other_answer_share={other_answer_share} must be between 0 and 1")
+    answers_by_category, correct_by_question = _answer_pools(conversations)
+    pairs = []
+    for conversation in conversations:
+        rng = random.Random(f"{seed}:{conversation['id']}")
+        chosen = conversation["messages"][-1]["content"]
+        excluded = correct_by_question[question_key(conversation)] | {normalize(chosen)}
+        corruptions = ["shuffled", "truncated"]
+        rng.shuffle(corruptions)
+        first_other = rng.random() < other_answer_share
+        kinds = ["other_answer", *corruptions] if first_other else [*corruptions, "other_answer"]
+        for kind in kinds:
+            if kind == "other_answer":
+                candidates = [a for a in answers_by_category[conversation["category"]] if normalize(a) not in excluded]
+                rejected = rng.choice(candidates) if candidates else None
+            else:
+                rejected = shuffle_words(chosen, rng) if kind == "shuffled" else truncate_words(chosen, rng)
+            if rejected is not None and normalize(rejected) != normalize(chosen):
+                break
+        else:
+            continue
+        pairs.append(
+            {
+                "id": conversation["id"],
+                "category": conversation["category"],
+                "prompt": conversation["messages"][:-1],
+                "chosen": chosen,
+                "rejected": rejected,
+                "rejected_kind": kind,
+            }
+        )
+    return pairs
+
+
+def _answer_pools(conversations: Sequence[Conversation]) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """Distinct final answers per category (first spelling, input order) and correct answers per question."""
+    by_category: dict[str, dict[str, str]] = defaultdict(dict)
+    correct: dict[str, set[str]] = defaultdict(set)
+    for conversation in conversations:
+        answer = conversation["messages"][-1]["content"]
+        by_category[conversation["category"]].setdefault(normalize(answer), answer)
+        correct[question_key(conversation)].add(normalize(answer))
+    return {category: list(answers.values()) for category, answers in by_category.items()}, correct
+
+
+def shuffle_words(text: str, rng: random.Random) -> str | None:
+    """The words of `text` in a new order (never the original one); None with fewer than 2 distinct words."""
+    words = text.split()
+    if len(set(words)) < 2:
+        return None
+    shuffled = words[:]
+    rng.shuffle(shuffled)
+    if shuffled == words:  # a rotation of >= 2 distinct words always differs from the original
+        shuffled = words[1:] + words[:1]
+    return " ".join(shuffled)
+
+
+def truncate_words(text: str, rng: random.Random) -> str | None:
+    """`text` cut after 25-75% of its words (at least one word kept, one cut); None below 2 words.
+
+    The cut is made in the original string, so the rejected answer is an exact prefix of the chosen one.
+    """
+    word_ends = [match.end() for match in WORD_SPAN.finditer(text)]
+    if len(word_ends) < 2:
+        return None
+    keep = rng.randint(max(1, len(word_ends) // 4), max(1, (3 * len(word_ends)) // 4))
+    return text[: word_ends[min(keep, len(word_ends) - 1) - 1]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Preference JSONL
+# ---------------------------------------------------------------------------------------------------
+
+
+def write_pairs(pairs: list[Pair], path: Path) -> JsonlCounts:
+    """Write pairs as canonical JSONL (sorted keys, UTF-8), atomically; an empty list is an error."""
+    if not pairs:
+        raise NemotronError(f"no preference pairs to write to {path}; the source split is empty, add data")
+    return write_jsonl(({name: pair[name] for name in PAIR_FIELDS} for pair in pairs), path)
+
+
+def read_pairs(path: Path | str) -> list[Pair]:
+    """Read and validate a preference JSONL; any bad record is one NemotronError naming file and line.
+
+    Accepted per line: "prompt" as a string (one user turn) or a message list ending in a user turn;
+    "chosen" / "rejected" as strings or as message lists whose last message is the assistant answer.
+    Optional "id" (default "<file>:<line>"), "category" (default ""), "rejected_kind" (default "given").
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise NemotronError(f"preference JSONL not found: {path}; check --pairs-path")
+    pairs = []
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if raw.strip():
+                pairs.append(_parse_pair(raw, f"{path}:{number}", default_id=f"{path.name}:{number}"))
+    if not pairs:
+        raise NemotronError(f"{path}: no preference pairs in the file; give one JSON object per line")
+    return pairs
+
+
+def _parse_pair(raw: bytes, where: str, default_id: str) -> Pair:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NemotronError(f"{where}: not a valid UTF-8 JSON line ({error}); fix or remove the line") from None
+    if not isinstance(record, dict):
+        raise NemotronError(f"{where}: expected a JSON object with prompt, chosen and rejected")
+    chosen = _answer_text(record.get("chosen"), "chosen", where)
+    rejected = _answer_text(record.get("rejected"), "rejected", where)
+    if normalize(chosen) == normalize(rejected):
+        raise NemotronError(
+            f"{where}: chosen and rejected are the same answer, so the pair teaches nothing; fix or drop it"
+        )
+    return {
+        "id": str(record.get("id", default_id)),
+        "category": str(record.get("category", "")),
+        "prompt": _prompt_messages(record.get("prompt"), where),
+        "chosen": chosen,
+        "rejected": rejected,
+        "rejected_kind": str(record.get("rejected_kind", "given")),
+    }
+
+
+def _prompt_messages(prompt: Any, where: str) -> list[dict[str, str]]:
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt:
+        raise NemotronError(f"{where}: 'prompt' must be a non-empty string or list of messages; fill it in")
+    for index, message in enumerate(prompt):
+        if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+            raise NemotronError(f"{where}: prompt message {index} needs a role in {', '.join(CHAT_ROLES)}")
+        if not isinstance(message.get("content"), str) or not message["content"].strip():
+            raise NemotronError(f"{where}: prompt message {index} ({message['role']}) is empty; fill it in")
+    if prompt[-1]["role"] != "user":
+        raise NemotronError(f"{where}: the prompt must end with a user turn (the answer comes next)")
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def _answer_text(answer: Any, name: str, where: str) -> str:
+    if isinstance(answer, list) and answer and isinstance(answer[-1], dict):
+        answer = answer[-1].get("content")  # TRL conversational: [{"role": "assistant", "content": ...}]
+    if not isinstance(answer, str) or not answer.strip():
+        raise NemotronError(
+            f"{where}: empty or missing {name!r} answer; every pair needs a non-empty chosen and rejected answer"
+        )
+    return answer

@@ -1,0 +1,257 @@
+"""nano2 stage 1 data curation: chats -> validated, deduplicated, leak-free splits -> packed SFT data.
+
+Runs on the real chatterbot corpus with a real stage-0 checkpoint folder built here (a BPE tokenizer
+trained with the chat markers and template, a tiny NemotronH model saved with save_pretrained).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.conversations import question_key, read_conversations
+from nemotron.data_prep.packing import read_packed
+from nemotron.data_prep.splits import split_grouped
+from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
+from nemotron.recipes.nano2.stage1_sft.data_curation import Config, SFTDataset, main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# A minimal, real stage-0 checkpoint (shared with tests/test_nano2_stage2_data.py)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _tokenizer_texts() -> list[str]:
+    from nemotron.data_prep.sources import read_chatterbot
+
+    conversations, _ = read_chatterbot()
+    return ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
+
+
+def _save_tokenizer_without_chat_tokens(folder: Path) -> None:
+    """A byte-level BPE with pad/bos/eos but no <|im_start|>/<|im_end|>: a plain pretraining tokenizer."""
+    from tokenizers import pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from nemotron.data_prep.tokenizer import build_bpe_tokenizer
+
+    tokenizer = build_bpe_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_tokenizer_texts(), trainer=trainer)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        chat_template=NANO2_CHAT_TEMPLATE,
+    ).save_pretrained(str(folder))
+
+
+def make_checkpoint(
+    root: Path, scale: str = "tiny", chat_tokens: bool = True, chat_template: bool = True
+) -> PretrainCheckpoint:
+    """A PretrainCheckpoint whose model_dir holds a real tokenizer and a real (untrained) nano2 model."""
+    from nemotron.data_prep.tokenizer import train_tokenizer
+    from nemotron.models.nano2 import build_config, build_model
+
+    model_dir = root / "model"
+    if chat_tokens:
+        train_tokenizer(
+            _tokenizer_texts(), 1024, model_dir, chat_template=NANO2_CHAT_TEMPLATE if chat_template else None
+        )
+    else:
+        _save_tokenizer_without_chat_tokens(model_dir)
+    vocab_size = len(load_tokenizer(model_dir))
+    build_model(build_config("tiny", vocab_size), seed=0).save_pretrained(str(model_dir))
+    (root / "metrics.jsonl").write_text('{"loss": 6.0, "step": 1}\n')
+    return PretrainCheckpoint(
+        path=root, scale=scale, model_dir=model_dir, metrics_path=root / "metrics.jsonl",
+        training_loss=6.0, validation_loss=None, steps=1,
+    ).save()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> PretrainCheckpoint:
+    return make_checkpoint(tmp_path_factory.mktemp("stage0"))
+
+
+@pytest.fixture(scope="module")
+def dataset(checkpoint, tmp_path_factory) -> SFTDataset:
+    return main(Config(checkpoint_path=checkpoint.path, output_dir=tmp_path_factory.mktemp("sft")))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Behaviour
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_same_inputs_and_seed_give_the_same_digest(checkpoint, dataset, tmp_path):
+    again = main(Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "again"))
+    assert again.digest == dataset.digest
+    assert again.train_packed.read_bytes() == dataset.train_packed.read_bytes()
+    other_seed = main(Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "seed1", seed=1))
+    assert other_seed.digest != dataset.digest  # the seed really moves the split
+
+
+def test_no_valid_or_test_question_appears_in_train(dataset):
+    questions = {
+        split: {question_key(c) for c in read_conversations(getattr(dataset, f"{split}_conversations"))}
+        for split in ("train", "valid", "test")
+    }
+    assert not questions["train"] & questions["test"]
+    assert not questions["train"] & questions["valid"]
+    assert not questions["valid"] & questions["test"]
+    # chatterbot asks some questions several times: the hash split scattered them, the repair moved them
+    assert dataset.metrics["split_groups_repaired"] > 0
+    assert dataset.metrics["split_moved_total"] > 0
+    assert sum(dataset.metrics["split_final"].values()) == sum(dataset.metrics["split_by_hash"].values())
+
+
+def test_split_repair_moves_a_group_to_its_majority_split():
+    items = [(f"id{i}", "shared question") for i in range(40)] + [(f"solo{i}", f"q{i}") for i in range(200)]
+    splits, report = split_grouped(items, id_of=lambda x: x[0], group_of=lambda x: x[1], ratios=(0.8, 0.1, 0.1), seed=0)
+    homes = [split for split, members in splits.items() if any(q == "shared question" for _, q in members)]
+    assert homes == ["train"]  # 40 members, ~80% hashed to train: the group lives there
+    assert report.groups_repaired == 1 and sum(report.moved.values()) > 0
+    assert all(key.endswith("->train") for key in report.moved)
+
+
+def test_loss_mask_covers_exactly_the_assistant_answers(dataset):
+    tokenizer = load_tokenizer(dataset.tokenizer_dir)
+    expected = {
+        "".join(m["content"] + "<|im_end|>" for m in c["messages"] if m["role"] == "assistant")
+        for c in read_conversations(dataset.train_conversations)
+    }
+    segments = truncated = 0
+    for row in read_packed(dataset.train_packed, dataset.pack_size):
+        ends = list(row.seq_start_id[1:]) + [len(row.input_ids)]
+        for start, end in zip(row.seq_start_id, ends):
+            ids, mask = row.input_ids[start:end], row.loss_mask[start:end]
+            trained = tokenizer.decode(ids[1:][mask[:-1] == 1].tolist(), skip_special_tokens=False)
+            segments += 1
+            if end - start == dataset.pack_size:  # a truncated conversation: its answers are cut short
+                truncated += 1
+                assert any(text.startswith(trained) for text in expected)
+            else:
+                assert trained in expected, trained[:80]
+    assert segments == dataset.num_train_conversations
+    assert truncated == dataset.metrics["train_packing"]["truncated"]
+
+
+def test_metrics_count_rejects_duplicates_and_packing(dataset):
+    m = dataset.metrics
+    assert m["conversations_read"]["chatterbot"] > 1500
+    assert m["exact_duplicates"] > 500  # chatterbot repeats many Q/A pairs verbatim
+    assert m["source_skipped"]["chatterbot"]  # the reader's own counts are kept
+    assert 0.9 < m["packing_utilisation"] <= 1.0
+    total = dataset.num_train_conversations + dataset.num_valid_conversations + dataset.num_test_conversations
+    assert total == m["conversations_read"]["chatterbot"] - m["rejected_total"] - m["exact_duplicates"]
+
+
+def test_lineage_reaches_the_checkpoint_and_the_raw_corpus(checkpoint, dataset):
+    refs = {ref.type: ref for ref in dataset.inputs}
+    assert refs["pretraincheckpoint"].digest == checkpoint.digest
+    assert "chatterbot_corpus" in refs["source"].path and refs["source"].digest
+    loaded = SFTDataset.load(path=dataset.path, scale="tiny")
+    assert loaded.digest == loaded.compute_digest() == dataset.digest
+
+
+def test_extra_pools_in_openai_and_sharegpt_format(checkpoint, tmp_path):
+    pool = tmp_path / "pool.jsonl"
+    lines = []
+    for i in range(60):
+        if i % 2:
+            lines.append({"id": f"p{i}", "messages": [{"role": "user", "content": f"What is {i} plus one?"},
+                                                       {"role": "assistant", "content": f"It is {i + 1}."}]})
+        else:
+            lines.append({"conversations": [{"from": "human", "value": f"Name the number after {i}."},
+                                            {"from": "gpt", "value": f"{i + 1} comes after {i}."}]})
+    lines.append({"messages": [{"role": "tool", "content": "{}"}]})  # skipped by the transform
+    lines.append({"messages": [{"role": "user", "content": "Hi"}]})  # no answer: rejected by validation
+    lines.append({"text": "no chat here"})
+    pool.write_text("\n".join(json.dumps(line) for line in lines) + "\n{not json\n")
+    art = main(Config(checkpoint_path=checkpoint.path, use_chatterbot=False, extra_pool_path=(pool,),
+                      output_dir=tmp_path / "out"))
+    assert art.metrics["conversations_read"] == {"pool.jsonl": 61}
+    assert sum(art.metrics["source_skipped"]["pool.jsonl"].values()) == 3
+    assert art.metrics["rejected_by_reason"] == {"does not end with an assistant turn": 1}
+    ids = {c["id"] for split in ("train", "valid", "test") for c in read_conversations(getattr(art, f"{split}_conversations"))}
+    assert {"p1", "pool.jsonl:0"} <= ids  # OpenAI records keep their id, ShareGPT ones get file:number
+    assert {ref.type for ref in art.inputs} == {"pretraincheckpoint", "source"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bad input: one clear error, nothing half-written
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_refuses_a_tokenizer_without_chat_tokens(tmp_path):
+    bad = make_checkpoint(tmp_path / "plain", chat_tokens=False)
+    with pytest.raises(NemotronError, match=r"no chat special token.*train_tokenizer") as error:
+        main(Config(checkpoint_path=bad.path, output_dir=tmp_path / "out"))
+    assert str(bad.model_dir) in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "out" / "metadata.json").exists()
+
+
+def test_refuses_a_tokenizer_without_the_chat_template(tmp_path):
+    bad = make_checkpoint(tmp_path / "untemplated", chat_template=False)
+    with pytest.raises(NemotronError, match=r"no chat template.*NANO2_CHAT_TEMPLATE"):
+        main(Config(checkpoint_path=bad.path, output_dir=tmp_path / "out"))
+
+
+def test_refuses_a_checkpoint_of_another_scale(checkpoint, tmp_path):
+    with pytest.raises(NemotronError, match=r"scale 'tiny' but this run is 'small'"):
+        main(Config(checkpoint_path=checkpoint.path, scale="small", output_dir=tmp_path / "out"))
+
+
+def test_refuses_rows_longer_than_the_model_context(checkpoint, tmp_path):
+    with pytest.raises(NemotronError, match=r"exceeds the model's max_position_embeddings"):
+        main(Config(checkpoint_path=checkpoint.path, pack_size=100_000, output_dir=tmp_path / "out"))
+
+
+def test_too_few_conversations_for_a_split_is_an_error(checkpoint, tmp_path):
+    pool = tmp_path / "two.jsonl"
+    pool.write_text("".join(
+        json.dumps({"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]}) + "\n"
+        for i in range(2)
+    ))
+    with pytest.raises(NemotronError, match=r"split is empty"):
+        main(Config(checkpoint_path=checkpoint.path, use_chatterbot=False, extra_pool_path=(pool,),
+                    output_dir=tmp_path / "out"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command line: stage 0's JSON on stdin | stage 1 | stage 2
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_pipe_from_stage0_through_stage1_into_stage2(checkpoint, tmp_path):
+    stdin = json.dumps({checkpoint.type: json.loads(checkpoint.model_dump_json())})
+    python = sys.executable
+    command = (
+        "set -o pipefail; "
+        f"{python} -m nemotron.recipes.nano2.stage1_sft.data_curation --scale tiny --output-dir {tmp_path / 'sft'} "
+        f"| {python} -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny "
+        f"--output-dir {tmp_path / 'pref'}"
+    )
+    result = subprocess.run(["bash", "-c", command], check=False, input=stdin, capture_output=True, text=True, cwd=REPO,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout)
+    assert set(out) == {"pretraincheckpoint", "sftdataset", "preferencedataset"}
+    assert out["preferencedataset"]["inputs"][0]["digest"] == out["sftdataset"]["digest"]
+

@@ -1,0 +1,128 @@
+"""nano2 stage 2 data curation: preference pairs from the stage-1 conversations (and user pairs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from test_nano2_stage1_data import make_checkpoint  # tests/ is on sys.path under pytest
+
+from nemotron.data_prep.conversations import question_key, read_conversations
+from nemotron.data_prep.dedup import normalize
+from nemotron.data_prep.preference import (
+    REJECTED_KINDS,
+    read_pairs,
+    shuffle_words,
+    truncate_words,
+)
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.stage1_sft import data_curation as stage1
+from nemotron.recipes.nano2.stage2_alignment.data_curation import (
+    Config,
+    PreferenceDataset,
+    main,
+)
+
+
+@pytest.fixture(scope="module")
+def sft(tmp_path_factory) -> stage1.SFTDataset:
+    checkpoint = make_checkpoint(tmp_path_factory.mktemp("stage0"))
+    return stage1.main(stage1.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path_factory.mktemp("sft")))
+
+
+@pytest.fixture(scope="module")
+def pairs(sft, tmp_path_factory) -> PreferenceDataset:
+    return main(Config(dataset_path=sft.path, output_dir=tmp_path_factory.mktemp("pref")))
+
+
+def test_same_inputs_and_seed_give_the_same_digest(sft, pairs, tmp_path):
+    again = main(Config(dataset_path=sft.path, output_dir=tmp_path / "again"))
+    assert again.digest == pairs.digest
+    assert again.train_pairs.read_bytes() == pairs.train_pairs.read_bytes()
+    assert main(Config(dataset_path=sft.path, output_dir=tmp_path / "s1", seed=1)).digest != pairs.digest
+
+
+def test_train_pairs_come_from_train_and_test_pairs_from_test(sft, pairs):
+    split_ids = {
+        split: {c["id"] for c in read_conversations(getattr(sft, f"{split}_conversations"))}
+        for split in ("train", "test")
+    }
+    train, test = read_pairs(pairs.train_pairs), read_pairs(pairs.test_pairs)
+    assert {p["id"] for p in train} <= split_ids["train"] and {p["id"] for p in test} <= split_ids["test"]
+    assert len(train) == pairs.num_train_pairs and len(test) == pairs.num_test_pairs
+    train_questions = {question_key({"messages": p["prompt"]}) for p in train}
+    assert not train_questions & {question_key({"messages": p["prompt"]}) for p in test}
+
+
+def test_rejected_is_a_plausible_wrong_answer_never_the_chosen_one(sft, pairs):
+    conversations = read_conversations(sft.train_conversations)
+    answers_by_category, correct = {}, {}
+    for c in conversations:
+        answers_by_category.setdefault(c["category"], set()).add(c["messages"][-1]["content"])
+        correct.setdefault(question_key(c), set()).add(normalize(c["messages"][-1]["content"]))
+    train = read_pairs(pairs.train_pairs)
+    for p in train:
+        assert normalize(p["rejected"]) != normalize(p["chosen"])
+        assert p["prompt"][-1]["role"] == "user"
+        if p["rejected_kind"] == "other_answer":
+            assert p["rejected"] in answers_by_category[p["category"]]
+            assert normalize(p["rejected"]) not in correct[question_key({"messages": p["prompt"]})]
+        elif p["rejected_kind"] == "shuffled":
+            assert sorted(p["rejected"].split()) == sorted(p["chosen"].split())
+        else:
+            assert p["rejected_kind"] == "truncated" and p["chosen"].startswith(p["rejected"])
+    kinds = pairs.metrics["train_rejected_kinds"]
+    assert set(kinds) == set(REJECTED_KINDS) and sum(kinds.values()) == len(train)
+    assert kinds["other_answer"] > kinds["shuffled"]  # other_answer_share=0.5 vs 0.25 per corruption
+
+
+def test_corruptions_always_differ_from_the_original():
+    rng = random.Random(0)
+    for _ in range(200):
+        assert shuffle_words("yes yes no", rng) != "yes yes no"
+        truncated = truncate_words("one two three four", rng)
+        assert truncated and "one two three four".startswith(truncated) and truncated != "one two three four"
+    assert shuffle_words("yes yes", rng) is None and truncate_words("yes", rng) is None
+
+
+def test_given_pairs_replace_the_built_ones_and_lose_test_questions(sft, tmp_path):
+    test_question = read_conversations(sft.test_conversations)[0]["messages"][0]["content"]
+    given = tmp_path / "given.jsonl"
+    given.write_text(
+        json.dumps({"prompt": "Who wrote Hamlet?", "chosen": "Shakespeare.", "rejected": "Dickens."}) + "\n"
+        + json.dumps({"prompt": [{"role": "user", "content": test_question}],
+                      "chosen": [{"role": "assistant", "content": "A good answer."}],
+                      "rejected": [{"role": "assistant", "content": "A bad one."}]}) + "\n"
+    )
+    art = main(Config(dataset_path=sft.path, pairs_path=given, output_dir=tmp_path / "out"))
+    assert art.num_train_pairs == 1 and art.metrics["train_pairs_removed_test_question"] == 1
+    assert read_pairs(art.train_pairs)[0]["chosen"] == "Shakespeare."
+    assert art.metrics["train_rejected_kinds"] == {"given": 1}
+    assert any(ref.type == "source" and ref.path.endswith("given.jsonl") for ref in art.inputs)
+
+
+@pytest.mark.parametrize("side", ["chosen", "rejected"])
+def test_an_empty_answer_is_refused_with_file_and_line(sft, tmp_path, side):
+    given = tmp_path / "pairs.jsonl"
+    bad = {"prompt": "Hi?", "chosen": "Hello.", "rejected": "Bye."} | {side: "   "}
+    given.write_text(json.dumps({"prompt": "Q?", "chosen": "A.", "rejected": "B."}) + "\n\n" + json.dumps(bad) + "\n")
+    with pytest.raises(NemotronError, match=rf"{given}:3: empty or missing '{side}'") as error:
+        main(Config(dataset_path=sft.path, pairs_path=given, output_dir=tmp_path / "out"))
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "out" / "metadata.json").exists()
+
+
+def test_refuses_a_dataset_of_another_scale(sft, tmp_path):
+    with pytest.raises(NemotronError, match=r"sftdataset was made at scale 'tiny' but this run is 'medium'"):
+        main(Config(dataset_path=sft.path, scale="medium", output_dir=tmp_path / "out"))
+
+
+def test_lineage_records_the_sft_dataset(sft, pairs):
+    assert [(ref.type, ref.digest) for ref in pairs.inputs] == [("sftdataset", sft.digest)]
+    assert pairs.tokenizer_dir == sft.tokenizer_dir
+    assert PreferenceDataset.load(path=pairs.path, scale="tiny").digest == pairs.digest
