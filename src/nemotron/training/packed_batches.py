@@ -61,6 +61,10 @@ class SFTBatch:
     def num_loss_tokens(self) -> int:
         return int(self.loss_mask.sum().item())
 
+    def to(self, device: torch.device | str) -> SFTBatch:
+        move = {name: getattr(self, name).to(device) for name in ("input_ids", "position_ids", "labels", "loss_mask")}
+        return SFTBatch(**move, num_tokens=self.num_tokens)
+
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """Keyword arguments for `model(...)`; attention_mask stays None so the packed mask is built."""
         return {"input_ids": self.input_ids, "position_ids": self.position_ids}
@@ -215,13 +219,14 @@ def validation_loss(
 
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     mine = rows[rank::world_size]
     total, count = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
     for start in range(0, len(mine), batch_size):
-        batch = collate(mine[start : start + batch_size], pad_id)
+        batch = collate(mine[start : start + batch_size], pad_id).to(device)
         with autocast or contextlib.nullcontext():
             logits = model(**batch.model_inputs(), use_cache=False).logits
-        total += masked_token_loss(logits, batch).double()
+        total += masked_token_loss(logits, batch).double().cpu()
         count += batch.num_loss_tokens
     model.train(was_training)
     return (all_reduce_mean(total) / all_reduce_mean(count).clamp(min=1.0)).item()
