@@ -108,7 +108,10 @@ def test_an_epoch_visits_every_window_once_in_a_seeded_order(tmp_path):
 
 def test_windows_are_deterministic_and_resume_from_their_state(tmp_path):
     prefixes, _ = write_shards(tmp_path)
-    make = lambda: TokenWindows(prefixes, seq_len=SEQ_LEN, batch_size=3, seed=1)  # noqa: E731
+
+    def make():
+        return TokenWindows(prefixes, seq_len=SEQ_LEN, batch_size=3, seed=1)
+
     uninterrupted = make()
     expected = [uninterrupted.next_batch() for _ in range(20)]  # crosses several epoch boundaries
     first = make()

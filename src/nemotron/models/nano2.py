@@ -27,11 +27,12 @@ Training notes that matter on a CPU:
 - call the model with `use_cache=False` when training: the default (`use_cache=True`, needed for
   generation) allocates a recurrent-state cache on every forward pass for nothing;
 - the reference Mamba scan materialises (chunk_size x chunk_size) blocks per head; chunk_size 64 is
-  the fastest we measured for 256-token sequences on 2 CPU cores (see the report in benchmarks/).
+  the fastest of 32/64/128 we measured for 256-token sequences on this CPU
+  (benchmarks/nano2_tiny_throughput.py).
 
 Scales (parameters counted with the vocabulary in `VOCAB_SIZES`; `count_parameters` prints them):
     tiny   ~1.5M   M-*-: one layer of each kind (plus a second MLP), trains in ~2 CPU minutes
-    small  ~12M    15 layers, 2 attention
+    small  ~11M    16 layers, 2 of them attention
     medium ~100M   13 wider layers
     full   8.89B   the published NVIDIA-Nemotron-Nano-9B-v2 shape (GPU cluster only)
 """
