@@ -61,8 +61,8 @@ from nemotron.training.optim import build_optimizer, warmup_cosine
 from nemotron.training.run_folder import check_same_run, run_settings, save_model_folder
 from nemotron.training.windows import TokenWindows
 
-# Optimizer steps and window length per scale. Tiny: ~1.5 CPU minutes, ~0.3 epochs of Shakespeare.
-STEPS = {"tiny": 160, "small": 2000, "medium": 20000, "full": 100000}
+# Optimizer steps and window length per scale. Tiny: ~1.5 CPU minutes, ~0.4 epochs of Shakespeare.
+STEPS = {"tiny": 300, "small": 2000, "medium": 20000, "full": 100000}
 SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
 
 
@@ -75,7 +75,7 @@ class Config:
     dataset_artifact: str | None = None
     """Or a tracked reference such as `pretraindataset:latest`."""
     steps: int | None = None
-    """Optimizer steps; default per scale (tiny 160)."""
+    """Optimizer steps; default per scale (tiny 300)."""
     seq_len: int | None = None
     """Tokens per training window; default per scale (tiny 256)."""
     micro_batch_size: int = 8
@@ -96,7 +96,7 @@ class Config:
     """NemotronHConfig fields as KEY=VALUE (JSON values), e.g. hidden_size=192."""
     eval_every: int = 40
     eval_batches: int = 8
-    """Validation batches per evaluation (the whole valid split if it is smaller)."""
+    """Global batches of validation windows per evaluation (the whole valid split if it is smaller)."""
     checkpoint_every: int = 40
     keep_last: int = 2
     num_threads: int | None = None
@@ -155,8 +155,12 @@ def main(config: Config) -> PretrainCheckpoint:
     # Opening the shards validates them (magic, sizes, pointers): a truncated shard fails here.
     batch_size = config.micro_batch_size * config.grad_accum_steps
     train = TokenWindows(dataset.train_prefixes, seq_len, batch_size, config.seed, info.rank, info.world_size)
+    # Validation: the first `eval_batches` global batches of valid windows, whatever the split into
+    # processes and micro-batches (so 1 and 2 processes report the same val_loss); each rank scores a slice.
     valid = TokenWindows(dataset.valid_prefixes, seq_len, 1, seed=0)
-    valid_ids = range(min(valid.num_windows, config.eval_batches * config.micro_batch_size))
+    num_valid = min(valid.num_windows, config.eval_batches * train.global_batch_size)
+    per_rank = math.ceil(num_valid / info.world_size)
+    valid_ids = range(info.rank * per_rank, min(num_valid, (info.rank + 1) * per_rank))
     check_vocabulary(dataset.train_prefixes + dataset.valid_prefixes, model_config.vocab_size, dataset.path)
 
     # --- resume: the newest checkpoint of this output folder, if any ---
@@ -282,7 +286,7 @@ def check_vocabulary(prefixes: list[Path], vocab_size: int, where: Path) -> None
 
 @torch.no_grad()
 def validation_loss(model, valid: TokenWindows, ids: range, batch_size: int, device, autocast) -> float:
-    """Mean next-token loss over the first `len(ids)` windows of the valid shards (the same every time)."""
+    """Mean next-token loss over the valid windows `ids` of all ranks together (the same every time)."""
     model.eval()
     total, count = 0.0, 0
     for start in range(0, len(ids), batch_size):
@@ -292,6 +296,8 @@ def validation_loss(model, valid: TokenWindows, ids: range, batch_size: int, dev
         total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten().to(device), reduction="sum").item()
         count += batch[:, 1:].numel()
     model.train()
+    # The mean over ranks of (sum, count) is (sum of sums, sum of counts) / world_size: the ratio is exact.
+    total, count = all_reduce_mean(torch.tensor([total, count], dtype=torch.float64)).tolist()
     return total / count
 
 
