@@ -3,9 +3,9 @@
 What this module does:
 - `next_token_logprobs(model, sequences)` is the one scoring primitive the whole evaluation package
   builds on: for every token sequence, the log-probability the model gives each token after the first,
-  given all tokens before it. Sequences are batched with right padding, so a real token never sees a
-  pad token (causal attention and the Mamba scan both only look backwards) and batching does not change
-  the numbers beyond float rounding.
+  given all tokens before it. Sequences are batched longest first with right padding, so a real token
+  never sees a pad token (causal attention and the Mamba scan both only look backwards) and batching
+  does not change the numbers beyond float rounding.
 - `heldout_loss(model, windows)` -> (mean next-token NLL in nats, number of scored tokens), evaluated in
   batches under `torch.no_grad()` with the model in eval mode (restored afterwards).
 - `perplexity(mean_nll)` and `bits_per_byte(total_nll_nats, total_utf8_bytes)`.
@@ -71,30 +71,40 @@ def next_token_logprobs(
 ) -> Iterator[torch.Tensor]:
     """For each sequence s (length L >= 2) yield float32 log p(s[t+1] | s[:t+1]) for t = 0..L-2.
 
+    Sequences are batched longest first (lm-evaluation-harness orders its requests the same way), so each
+    batch holds sequences of similar length and little compute goes into padding; results are yielded in
+    the input order. Same sequences and batch size -> same batches -> bit-identical numbers.
+
     This does not switch off gradients: DPO training calls it (through `completion_logprobs`) to get
     differentiable policy log-probs. Evaluation callers wrap it in `evaluation_mode(model)`.
     """
     if batch_size < 1:
         raise NemotronError(f"batch_size={batch_size} must be at least 1")
+    tensors = [as_token_tensor(s, f"sequence {i}") for i, s in enumerate(sequences)]
+    for i, tokens in enumerate(tensors):
+        if len(tokens) < 2:
+            raise NemotronError(
+                f"sequence {i} has {len(tokens)} token(s); scoring needs at least 2 (one input and one target)"
+            )
     device = model_device(model)
-    for start in range(0, len(sequences), batch_size):
-        batch = [
-            as_token_tensor(s, f"sequence {start + i}")
-            for i, s in enumerate(sequences[start : start + batch_size])
-        ]
-        for i, tokens in enumerate(batch):
-            if len(tokens) < 2:
-                raise NemotronError(
-                    f"sequence {start + i} has {len(tokens)} token(s); scoring needs at least 2 "
-                    "(one input and one target)"
-                )
-        input_ids, attention_mask = right_pad(batch)
-        logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
+    order = sorted(range(len(tensors)), key=lambda i: -len(tensors[i]))  # stable: ties keep input order
+    finished: dict[int, torch.Tensor] = {}
+    next_to_yield = 0
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        input_ids, attention_mask = right_pad([tensors[i] for i in rows])
+        # use_cache=False: scoring is one pass, a generation cache would be allocated for nothing.
+        logits = model(
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
+        ).logits
         # NLL of each target is cross-entropy against it; float32 so bf16 models do not round the sum.
         targets = input_ids[:, 1:].to(device)
         nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
-        for row, tokens in zip(-nll, batch):
-            yield row[: len(tokens) - 1]
+        for row, i in zip(-nll, rows):
+            finished[i] = row[: len(tensors[i]) - 1]
+        while next_to_yield in finished:
+            yield finished.pop(next_to_yield)
+            next_to_yield += 1
 
 
 def right_pad(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,10 +281,24 @@ class UnigramBaseline:
     ) -> UnigramBaseline:
         """Count every token of the training sequences (e.g. an IndexedReader's documents)."""
         counts = np.zeros(vocab_size, dtype=np.int64)
+        pending: list[np.ndarray] = []
+        pending_tokens = 0
+
+        def count_pending() -> None:
+            # One bincount per ~1M tokens: a bincount per short document would cost O(vocab) each time.
+            if pending:
+                counts[:] += np.bincount(np.concatenate(pending), minlength=vocab_size)
+                pending.clear()
+
         for i, sequence in enumerate(token_sequences):
             tokens = np.asarray(sequence, dtype=np.int64)
             check_token_range(tokens, vocab_size, f"training sequence {i}")
-            counts += np.bincount(tokens, minlength=vocab_size)
+            pending.append(tokens)
+            pending_tokens += len(tokens)
+            if pending_tokens >= 1 << 20:
+                count_pending()
+                pending_tokens = 0
+        count_pending()
         return cls.from_counts(counts, add_k)
 
     def heldout_loss(

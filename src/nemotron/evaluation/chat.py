@@ -1,0 +1,127 @@
+"""Chat evaluation: how well a chat model predicts and picks the answers of held-out conversations.
+
+Stage-1 (SFT) and stage-2 (DPO) evaluation ask the same three questions of a model, on the same held-out
+TEST conversations, so the numbers of the base, SFT and DPO models sit side by side:
+
+- `completion_nll(model, tokenizer, conversations)`: completion-only negative log-likelihood, the mean
+  NLL of exactly the tokens SFT trains on (assistant content plus its `<|im_end|>`, in the nano2 chat
+  format), with the user turns and template markers as context only. This is the SFT loss itself,
+  measured on conversations never trained on (InstructGPT, Ouyang et al., 2022, and Tulu report it the
+  same way). A base model that never saw the chat format scores badly; that gap is what SFT buys.
+- `answer_items(conversations, num_distractors, seed)` and `answer_accuracy(model, tokenizer, items)`:
+  each held-out question becomes a multiple-choice item, its true answer against `num_distractors`
+  seeded answers to other questions, scored by log-likelihood the way lm-evaluation-harness scores
+  MMLU-style tasks (`nemotron.evaluation.multiple_choice`). The context is the question rendered with
+  the chat template and the generation prompt; each choice is the answer plus `<|im_end|>`, tokenized
+  exactly as SFT tokenized assistant turns (piece by piece, `nemotron.data_prep.chat_template`).
+- `chat_samples(model, tokenizer, questions, max_new_tokens)`: greedy answers to a few questions, so a
+  reader sees what the model actually says.
+- `answer_ids` / `tokenize_pairs`: an assistant answer, and preference pairs, as token ids in that same
+  training tokenization, for scoring chosen against rejected answers.
+
+A question/answer pair is a conversation's first user message and the assistant reply that follows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from nemotron.data_prep.chat_template import tokenize_conversation, tokenize_prompt
+from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID
+from nemotron.errors import NemotronError
+from nemotron.evaluation.generation import greedy_samples
+from nemotron.evaluation.language_modeling import heldout_loss
+from nemotron.evaluation.multiple_choice import MCItem, MCResult, build_mc_items, mc_accuracy
+
+Conversation = dict[str, Any]  # {"id", "messages": [{"role", "content"}, ...], ...}
+
+
+def conversation_targets(
+    tokenizer, conversations: Sequence[Conversation]
+) -> tuple[list[list[int]], list[np.ndarray]]:
+    """(token ids, loss mask over targets) per conversation; the mask covers assistant tokens only.
+
+    `tokenize_conversation` marks token i when token i is trained on; scoring predicts token i + 1 from
+    tokens 0..i, so the mask over the targets `ids[1:]` is the token mask without its first entry.
+    """
+    windows, masks = [], []
+    for conversation in conversations:
+        ids, token_mask = tokenize_conversation(
+            tokenizer, conversation["messages"], "assistant", conversation_id=conversation.get("id")
+        )
+        windows.append(ids)
+        masks.append(np.asarray(token_mask[1:], dtype=bool))
+    return windows, masks
+
+
+def completion_nll(
+    model: torch.nn.Module, tokenizer, conversations: Sequence[Conversation], *, batch_size: int = 16
+) -> tuple[float, int]:
+    """Mean NLL (nats per token) of the assistant tokens of `conversations`, and how many were scored."""
+    if not conversations:
+        raise NemotronError("no conversations to score; the held-out TEST split is empty")
+    windows, masks = conversation_targets(tokenizer, conversations)
+    return heldout_loss(model, windows, loss_masks=masks, batch_size=batch_size)
+
+
+def question_answer(conversation: Conversation) -> tuple[str, str]:
+    """The first user message and the assistant reply that follows it."""
+    messages = conversation["messages"]
+    for i, message in enumerate(messages):
+        if message["role"] == "user":
+            reply = next((m["content"] for m in messages[i + 1 :] if m["role"] == "assistant"), None)
+            if reply is not None:
+                return message["content"], reply
+            break
+    raise NemotronError(
+        f"conversation {conversation.get('id', '?')} has no user message answered by the assistant; "
+        "held-out conversations must come from the stage-1 data curation step"
+    )
+
+
+def answer_items(conversations: Sequence[Conversation], num_distractors: int = 3, seed: int = 0) -> list[MCItem]:
+    """One multiple-choice item per conversation: its answer against seeded answers to other questions."""
+    return build_mc_items([question_answer(c) for c in conversations], num_distractors, seed)
+
+
+def answer_accuracy(model: torch.nn.Module, tokenizer, items: Sequence[MCItem], *, batch_size: int = 32) -> MCResult:
+    """Which answer does the model find most likely after the chat-formatted question?"""
+
+    def context(question: str) -> list[int]:
+        return tokenize_prompt(tokenizer, [{"role": "user", "content": question}])
+
+    def choice(answer: str) -> list[int]:
+        return answer_ids(tokenizer, answer)
+
+    return mc_accuracy(model, tokenizer, items, context, choice, batch_size=batch_size)
+
+
+def answer_ids(tokenizer, answer: str) -> list[int]:
+    """An assistant answer as SFT trained on it: its text (special-token strings not matched) + `<|im_end|>`."""
+    ids = tokenizer(answer, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return [*ids, IM_END_ID]
+
+
+def tokenize_pairs(tokenizer, pairs: Sequence[dict]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """(prompt ids, chosen ids, rejected ids) of preference pairs `{"prompt": messages, "chosen", "rejected"}`.
+
+    The prompt ends in the generation prompt and each answer ends in `<|im_end|>`: scoring a pair is
+    then scoring two assistant turns exactly as SFT and DPO train them.
+    """
+    prompts = [tokenize_prompt(tokenizer, pair["prompt"]) for pair in pairs]
+    chosen = [answer_ids(tokenizer, pair["chosen"]) for pair in pairs]
+    rejected = [answer_ids(tokenizer, pair["rejected"]) for pair in pairs]
+    return prompts, chosen, rejected
+
+
+def chat_samples(
+    model: torch.nn.Module, tokenizer, questions: Sequence[str], max_new_tokens: int
+) -> list[dict[str, str]]:
+    """Greedy answers, stopped at `<|im_end|>` (end of turn) or `</s>`: [{"prompt", "completion"}]."""
+    prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": q}]) for q in questions]
+    answers = greedy_samples(model, tokenizer, prompts, max_new_tokens, stop_token_ids=[IM_END_ID, EOS_ID])
+    return [{"prompt": q, "completion": a} for q, a in zip(questions, answers)]

@@ -1,0 +1,216 @@
+"""Stage 0, step 3: evaluate the pretrained model on held-out text, against a unigram baseline.
+
+What a pretrained base model is measured by (GPT-2, Radford et al. 2019; the Pile, Gao et al. 2020):
+- held-out loss: mean next-token negative log-likelihood (nats) on the validation shards, cut into the
+  same fixed-length windows pretraining reads (`nemotron.training.windows`), in stream order;
+- perplexity: exp(loss), the number of equally likely tokens the model is as unsure as;
+- bits per byte: the same total NLL in bits, divided by the UTF-8 bytes of the text scored. Unlike loss
+  and perplexity it does not depend on the tokenizer, so any two models (or a compressor) compare;
+- a unigram baseline fitted in this run on the training shards' tokens and scored on exactly the same
+  targets: what knowing only token frequencies gives. The model must beat it by a wide margin;
+- greedy samples from a few fixed Shakespeare-style openings, so a reader sees what it writes.
+
+The model is loaded from the checkpoint's Hugging Face folder with `AutoModelForCausalLM.from_pretrained`,
+nothing of ours in between, so the numbers are what anyone gets from that folder
+(`heldout_loss_of_model_dir` is that computation on its own; a test checks it against plain transformers).
+
+Inputs: a `PretrainCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`) and the
+`PretrainDataset` it was trained on (`--dataset-path`, else stdin in a pipe, else the checkpoint's
+recorded lineage). Output: a `PretrainResults` (numbers in fields and metrics, samples in samples.json).
+
+    python -m nemotron.recipes.nano2.stage0_pretrain.evaluation --scale tiny \\
+        --checkpoint-path runs/nano2/stage0_pretrain/training
+    python -m nemotron.recipes.nano2.stage0_pretrain.data_curation --scale tiny \\
+        | python -m nemotron.recipes.nano2.stage0_pretrain.training --scale tiny \\
+        | python -m nemotron.recipes.nano2.stage0_pretrain.evaluation --scale tiny
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text
+from nemotron.cli import run
+from nemotron.data_prep.indexed import IndexedReader
+from nemotron.data_prep.tokenizer import EOS_ID
+from nemotron.errors import NemotronError
+from nemotron.evaluation.generation import greedy_samples
+from nemotron.evaluation.inputs import evaluation_threads, load_model, load_upstream
+from nemotron.evaluation.language_modeling import (
+    UnigramBaseline,
+    bits_per_byte,
+    heldout_loss,
+    perplexity,
+    target_utf8_bytes,
+)
+from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
+from nemotron.recipes.nano2.stage0_pretrain.training import SEQ_LEN as TRAINING_SEQ_LEN
+from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
+from nemotron.trackers import get_lineage_tracker
+from nemotron.training.windows import TokenWindows
+
+# Held-out tokens scored at full scale; apply_scale gives tiny 10,000 (~40 windows of 256 tokens).
+FULL_EVAL_TOKENS = 4_000_000
+SAMPLE_TOKENS = {"tiny": 48, "small": 96, "medium": 128, "full": 256}
+# Document openings in the style of the training text (a scene heading, a stage direction, a speaker;
+# a sonnet number). Each prompt starts with EOS because every document in the training stream follows
+# the previous document's EOS: the model is prompted exactly where it learned that documents begin.
+SAMPLE_PROMPTS = (
+    "SCENE I. Elsinore. A platform before the castle.\n\n[Enter HAMLET.]\n\nHAMLET.\n",
+    "SCENE II. Verona. A street.\n\n[Enter ROMEO.]\n\nROMEO.\n",
+    "SCENE I. London. A street.\n\n[Enter GLOUCESTER.]\n\nGLOUCESTER.\nNow is the winter of",
+    "XVIII\n\nShall I compare thee to a",
+)
+
+
+@dataclass
+class Config:
+    """Held-out loss, perplexity and bits per byte of a pretrained checkpoint, plus greedy samples."""
+
+    checkpoint_path: Path | None = None
+    """A stage-0 PretrainCheckpoint folder; default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `pretraincheckpoint:latest`."""
+    dataset_path: Path | None = None
+    """The PretrainDataset to evaluate on; default: stdin in a pipe, else the one the checkpoint recorded."""
+    dataset_artifact: str | None = None
+    """Or a tracked reference such as `pretraindataset:latest`."""
+    split: Literal["valid", "test"] = "valid"
+    """Which held-out shards to score."""
+    seq_len: int | None = None
+    """Tokens per scored window; default: the seq_len the checkpoint was trained with."""
+    max_tokens: int | None = None
+    """Held-out tokens to score (whole windows, from the start of the split); default per scale."""
+    batch_size: int = 8
+    max_new_tokens: int | None = None
+    """Tokens per greedy sample; default per scale (tiny 48)."""
+    num_threads: int | None = None
+    """torch threads; default 1 at tiny (see nemotron.evaluation.inputs.evaluation_threads)."""
+    output_dir: Path = Path("runs/nano2/stage0_pretrain/evaluation")
+    scale: str = "tiny"
+    seed: int = 0
+    """Unused (greedy decoding and fixed windows are deterministic); kept so every step has it."""
+
+
+class PretrainResults(Artifact):
+    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}]
+    validation_loss: float  # mean next-token NLL, nats, on `config.split`
+    perplexity: float
+    bits_per_byte: float
+    unigram_loss: float
+    unigram_bits_per_byte: float
+    num_tokens: int = Field(gt=0)  # targets scored
+
+
+def main(config: Config) -> PretrainResults:
+    # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
+    checkpoint = PretrainCheckpoint.load(
+        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+    )
+    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
+    dataset = load_upstream(
+        PretrainDataset,
+        path=config.dataset_path,
+        reference=config.dataset_artifact,
+        scale=config.scale,
+        made_from=[checkpoint],
+        stdin=config.checkpoint_path is None and config.checkpoint_artifact is None,
+        flag="--dataset-path",
+    )
+    seq_len = config.seq_len or trained_seq_len(checkpoint)
+    prefixes = dataset.valid_prefixes if config.split == "valid" else dataset.test_prefixes
+    if not prefixes:
+        raise NemotronError(f"{dataset.path}: the dataset has no {config.split} shards; pass --split valid")
+    max_tokens = config.max_tokens or apply_scale(FULL_EVAL_TOKENS, config.scale)
+
+    with evaluation_threads(config.scale, config.num_threads):
+        # --- model: held-out loss of the checkpoint's Hugging Face folder ---
+        model, tokenizer = load_model(checkpoint.model_dir)
+        windows = heldout_windows(prefixes, seq_len, max_tokens)
+        loss, num_tokens = heldout_loss(model, windows, batch_size=config.batch_size)
+        num_bytes = target_utf8_bytes(tokenizer, windows)
+
+        # --- baseline: unigram frequencies of the training shards, scored on the same targets ---
+        readers = [IndexedReader(prefix) for prefix in dataset.train_prefixes]
+        unigram = UnigramBaseline.fit((doc for reader in readers for doc in reader), len(tokenizer))
+        unigram_loss, _ = unigram.heldout_loss(windows)
+
+        # --- samples: greedy continuations of fixed openings ---
+        max_new_tokens = config.max_new_tokens or SAMPLE_TOKENS[config.scale]
+        prompts = [[EOS_ID, *tokenizer.encode(text, add_special_tokens=False)] for text in SAMPLE_PROMPTS]
+        completions = greedy_samples(model, tokenizer, prompts, max_new_tokens, stop_token_ids=[EOS_ID])
+        samples = [{"prompt": p, "completion": c} for p, c in zip(SAMPLE_PROMPTS, completions)]
+
+    # --- save ---
+    out = config.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    numbers = {
+        "validation_loss": loss,
+        "perplexity": perplexity(loss),
+        "bits_per_byte": bits_per_byte(loss * num_tokens, num_bytes),
+        "unigram_loss": unigram_loss,
+        "unigram_bits_per_byte": bits_per_byte(unigram_loss * num_tokens, num_bytes),
+    }
+    metrics = {
+        **numbers,
+        "unigram_perplexity": perplexity(unigram_loss),
+        "num_tokens": num_tokens,
+        "num_bytes": num_bytes,
+        "num_windows": len(windows),
+        "seq_len": seq_len,
+        "wall_seconds": time.perf_counter() - started,
+    }
+    get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in numbers.items()}, step=checkpoint.steps)
+    return PretrainResults(
+        path=out,
+        config=asdict(config),
+        scale=config.scale,
+        seed=config.seed,
+        inputs=[checkpoint, dataset],
+        samples_path=out / "samples.json",
+        num_tokens=num_tokens,
+        metrics=metrics,
+        **numbers,
+    ).save()
+
+
+def trained_seq_len(checkpoint: PretrainCheckpoint) -> int:
+    """The window length the checkpoint was trained on: its recorded --seq-len, else the scale's default."""
+    seq_len = checkpoint.config.get("seq_len") or TRAINING_SEQ_LEN.get(checkpoint.scale)
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise NemotronError(f"{checkpoint.path}: the checkpoint's config records no seq_len; pass --seq-len N")
+    return seq_len
+
+
+def heldout_windows(prefixes: list[Path], seq_len: int, max_tokens: int) -> list[np.ndarray]:
+    """The first max_tokens // seq_len windows of seq_len + 1 tokens of the held-out token stream.
+
+    The same windows pretraining reads (documents concatenated, each ending in EOS, consecutive windows
+    sharing one token), taken in stream order: a fixed, seed-free set, so every run scores the same text.
+    """
+    stream = TokenWindows(prefixes, seq_len=seq_len, batch_size=1, seed=0)
+    count = min(stream.num_windows, max(1, max_tokens // seq_len))
+    return [stream.window(i) for i in range(count)]
+
+
+def heldout_loss_of_model_dir(
+    model_dir: Path | str, prefixes: list[Path], seq_len: int, max_tokens: int, batch_size: int = 8
+) -> tuple[float, int]:
+    """(mean NLL in nats, tokens scored) of a Hugging Face model folder on held-out bin/idx shards.
+
+    Exactly what `main` reports as validation_loss, from the folder and the shards alone.
+    """
+    model, _ = load_model(model_dir)
+    return heldout_loss(model, heldout_windows(prefixes, seq_len, max_tokens), batch_size=batch_size)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,154 @@
+"""Stage 1, step 3: evaluate the SFT model next to the stage-0 base model it was fine-tuned from.
+
+Both models are scored in the same run on the same held-out TEST conversations of the SFT dataset
+(questions that never appear in SFT training; see stage-1 data curation), so the gap between the
+`base_*` and `sft_*` metrics is what supervised fine-tuning bought:
+- completion-only NLL: mean NLL of the assistant tokens (answer + `<|im_end|>`) given the chat so far,
+  in the nano2 chat format; the SFT training loss itself, on unseen conversations. Its perplexity too;
+- answer accuracy: each held-out question as a multiple-choice item, its true answer against 3 seeded
+  answers to other questions, scored by log-likelihood as lm-evaluation-harness scores MMLU (`acc`,
+  and `acc_norm` divided by answer length in characters). Chance is 25%;
+- a few greedy chat answers of the SFT model (samples.json), so a reader sees what it says.
+The shared pieces live in `nemotron.evaluation.chat`; stage-2 evaluation reports the same answer
+accuracy for the DPO model.
+
+Inputs: an `SFTCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`), the `SFTDataset` it
+was trained on and the stage-0 `PretrainCheckpoint` it started from (each: its `--...-path` flag, else
+stdin in a pipe, else the lineage the checkpoint recorded). Output: an `SFTResults`.
+
+    python -m nemotron.recipes.nano2.stage1_sft.evaluation --scale tiny \\
+        --checkpoint-path runs/nano2/stage1_sft/training
+    python -m nemotron.recipes.nano2.stage1_sft.data_curation --scale tiny --checkpoint-path STAGE0 \\
+        | python -m nemotron.recipes.nano2.stage1_sft.training --scale tiny \\
+        | python -m nemotron.recipes.nano2.stage1_sft.evaluation --scale tiny
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pydantic import Field
+
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text
+from nemotron.cli import run
+from nemotron.data_prep.conversations import read_conversations
+from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, question_answer
+from nemotron.evaluation.inputs import evaluation_threads, load_model, load_upstream
+from nemotron.evaluation.language_modeling import perplexity
+from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
+from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
+from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
+from nemotron.trackers import get_lineage_tracker
+
+# Held-out conversations scored at full scale; apply_scale gives tiny 1,000 (all of chatterbot's test split).
+FULL_EVAL_CONVERSATIONS = 100_000
+SAMPLE_TOKENS = {"tiny": 32, "small": 64, "medium": 128, "full": 256}
+
+
+@dataclass
+class Config:
+    """Completion-only NLL and answer accuracy of the SFT model and its base model, plus chat samples."""
+
+    checkpoint_path: Path | None = None
+    """A stage-1 SFTCheckpoint folder; default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `sftcheckpoint:latest`."""
+    dataset_path: Path | None = None
+    """The SFTDataset whose TEST conversations are scored; default: stdin, else the checkpoint's lineage."""
+    dataset_artifact: str | None = None
+    base_checkpoint_path: Path | None = None
+    """The stage-0 PretrainCheckpoint to compare with; default: stdin, else the checkpoint's lineage."""
+    base_checkpoint_artifact: str | None = None
+    num_distractors: int = 3
+    """Wrong answers offered next to the true one in each multiple-choice item."""
+    max_conversations: int | None = None
+    """Held-out conversations to score (the first ones of the test file); default per scale."""
+    num_samples: int = 4
+    """Greedy chat samples written to samples.json."""
+    max_new_tokens: int | None = None
+    """Tokens per sample; default per scale (tiny 32)."""
+    batch_size: int = 8
+    """Sequences per forward pass (batched longest first)."""
+    num_threads: int | None = None
+    """torch threads; default 1 at tiny (see nemotron.evaluation.inputs.evaluation_threads)."""
+    output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
+    scale: str = "tiny"
+    seed: int = 0
+    """Seeds the choice and order of the distractors."""
+
+
+class SFTResults(Artifact):
+    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}] of the SFT model
+    base_completion_nll: float
+    sft_completion_nll: float
+    base_answer_accuracy: float
+    sft_answer_accuracy: float
+    num_conversations: int = Field(gt=0)
+    num_completion_tokens: int = Field(gt=0)
+
+
+def main(config: Config) -> SFTResults:
+    # --- setup: the SFT checkpoint, its dataset and its base model ---
+    checkpoint = SFTCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
+    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
+    dataset = load_upstream(
+        SFTDataset, path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale,
+        made_from=[checkpoint], stdin=piped, flag="--dataset-path",
+    )
+    base = load_upstream(
+        PretrainCheckpoint, path=config.base_checkpoint_path, reference=config.base_checkpoint_artifact,
+        scale=config.scale, made_from=[checkpoint, dataset], stdin=piped, flag="--base-checkpoint-path",
+    )
+
+    # --- data: held-out conversations and the multiple-choice items built from them ---
+    limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
+    conversations = read_conversations(dataset.test_conversations)[:limit]
+    items = answer_items(conversations, config.num_distractors, config.seed)
+    # Held-out chats often ask one question several times (with different answers): sample distinct ones.
+    questions = list(dict.fromkeys(question_answer(c)[0] for c in conversations))[: config.num_samples]
+
+    # --- evaluate: the same numbers for both models, one model in memory at a time ---
+    metrics: dict = {}
+    with evaluation_threads(config.scale, config.num_threads):
+        for name, source in (("base", base), ("sft", checkpoint)):
+            model, tokenizer = load_model(source.model_dir)
+            nll, num_tokens = completion_nll(model, tokenizer, conversations, batch_size=config.batch_size)
+            answers = answer_accuracy(model, tokenizer, items, batch_size=config.batch_size)
+            metrics |= {
+                f"{name}_completion_nll": nll,
+                f"{name}_completion_perplexity": perplexity(nll),
+                **answers.metrics(f"{name}_answer"),
+            }
+            if name == "sft":
+                samples = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+
+    # --- save ---
+    out = config.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
+    metrics["wall_seconds"] = time.perf_counter() - started
+    get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)
+    return SFTResults(
+        path=out,
+        config=asdict(config),
+        scale=config.scale,
+        seed=config.seed,
+        inputs=[checkpoint, dataset, base],
+        samples_path=out / "samples.json",
+        base_completion_nll=metrics["base_completion_nll"],
+        sft_completion_nll=metrics["sft_completion_nll"],
+        base_answer_accuracy=metrics["base_answer_accuracy"],
+        sft_answer_accuracy=metrics["sft_answer_accuracy"],
+        num_conversations=len(conversations),
+        num_completion_tokens=num_tokens,
+        metrics=metrics,
+    ).save()
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,95 @@
+"""nano2 stage 2, end to end: preference pairs -> DPO -> SFT vs DPO on held-out pairs.
+
+    python -m nemotron.recipes.nano2.stage2_alignment --scale tiny \\
+        --checkpoint-path runs/nano2/stage1_sft/training --dataset-path runs/nano2/stage1_sft/data_curation
+
+or, in a pipe after stage 1 (its artifacts arrive on stdin):
+
+    python -m nemotron.recipes.nano2.stage1_sft ... | python -m nemotron.recipes.nano2.stage2_alignment
+
+Each step's knobs live under `--data-curation.*`, `--training.*` and `--evaluation.*`. Steps whose
+output is already there (same config, same inputs, files intact) are skipped; `--force` re-runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nemotron.cli import run
+from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
+from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
+from nemotron.recipes.nano2.stage2_alignment import data_curation, evaluation, training
+from nemotron.recipes.orchestration import run_step
+
+
+@dataclass
+class Config:
+    """Stage 2: preference alignment with DPO."""
+
+    checkpoint_path: Path | None = None
+    """The stage-1 SFTCheckpoint folder; default: from stdin."""
+    checkpoint_artifact: str | None = None
+    dataset_path: Path | None = None
+    """The stage-1 SFTDataset folder (its conversations become preference pairs); default: stdin."""
+    dataset_artifact: str | None = None
+    output_dir: Path = Path("runs/nano2/stage2_alignment")
+    scale: str = "tiny"
+    seed: int = 0
+    force: bool = False
+    """Re-run steps even when their output is up to date."""
+    data_curation: data_curation.Config = field(default_factory=data_curation.Config)
+    training: training.Config = field(default_factory=training.Config)
+    evaluation: evaluation.Config = field(default_factory=evaluation.Config)
+
+
+def main(config: Config) -> dict:
+    shared = dict(scale=config.scale, seed=config.seed)
+    out = config.output_dir
+    sft = SFTCheckpoint.load(
+        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+    )
+    sft_data = SFTDataset.load(
+        path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale
+    )
+
+    pairs = run_step(
+        data_curation.main,
+        replace(config.data_curation, dataset_path=sft_data.path, output_dir=out / "data_curation", **shared),
+        data_curation.PreferenceDataset,
+        inputs=[sft_data],
+        force=config.force,
+    )
+    checkpoint = run_step(
+        training.main,
+        replace(
+            config.training,
+            dataset_path=pairs.path,
+            checkpoint_path=sft.path,
+            output_dir=out / "training",
+            **shared,
+        ),
+        training.DPOCheckpoint,
+        inputs=[pairs, sft],
+        force=config.force,
+    )
+    results = run_step(
+        evaluation.main,
+        replace(
+            config.evaluation,
+            checkpoint_path=checkpoint.path,
+            dataset_path=pairs.path,
+            sft_checkpoint_path=sft.path,
+            sft_dataset_path=sft_data.path,
+            output_dir=out / "evaluation",
+            **shared,
+        ),
+        evaluation.DPOResults,
+        inputs=[checkpoint],
+        force=config.force,
+    )
+    return {a.type: a for a in (pairs, checkpoint, results)}
+
+
+if __name__ == "__main__":
+    run(main)

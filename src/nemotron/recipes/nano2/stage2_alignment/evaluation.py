@@ -1,0 +1,192 @@
+"""Stage 2, step 3: evaluate the DPO model next to the SFT model it was aligned from.
+
+Both models are scored in the same run on the held-out TEST preference pairs (built from test
+conversations, never trained on), so `sft_*` and `dpo_*` metrics sit side by side:
+- preference accuracy: how often a model gives the chosen answer a higher log-probability per token
+  than the rejected one (`nemotron.evaluation.preference.preference_accuracy`); also per rejected kind
+  (another question's answer, shuffled words, truncated answer), since they test different skills;
+- reward accuracy and margin: DPO's implicit reward beta * log(pi_dpo / pi_sft) of chosen minus
+  rejected (Rafailov et al., 2023, eq. 5), with the SFT model as the reference, as TRL logs them during
+  training, here on unseen pairs. Accuracy > 0.5 and a positive margin mean DPO learned to separate
+  answers beyond what SFT already did;
+- answer accuracy: the stage-1 multiple-choice test on the SFT dataset's held-out questions, for both
+  models, to show that alignment did not cost the model its answers (the "alignment tax", Ouyang et al.,
+  2022).
+
+Inputs: a `DPOCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`), and, each by its
+`--...-path` flag, else stdin in a pipe, else the recorded lineage: the `PreferenceDataset` and the
+`SFTCheckpoint` DPO was trained from, and the `SFTDataset` behind them. Output: a `DPOResults`.
+
+    python -m nemotron.recipes.nano2.stage2_alignment.evaluation --scale tiny \\
+        --checkpoint-path runs/nano2/stage2_alignment/training
+    python -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny --dataset-path SFT_DATA \\
+        | python -m nemotron.recipes.nano2.stage2_alignment.training --scale tiny --sft-checkpoint-path SFT \\
+        | python -m nemotron.recipes.nano2.stage2_alignment.evaluation --scale tiny
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from pydantic import Field
+
+from nemotron.artifact import Artifact, apply_scale
+from nemotron.cli import run
+from nemotron.data_prep.conversations import read_conversations
+from nemotron.data_prep.preference import read_pairs
+from nemotron.errors import NemotronError
+from nemotron.evaluation.chat import answer_accuracy, answer_items, tokenize_pairs
+from nemotron.evaluation.inputs import evaluation_threads, load_model, load_upstream
+from nemotron.evaluation.preference import pair_logprobs, preference_accuracy, reward_metrics
+from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
+from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
+from nemotron.recipes.nano2.stage2_alignment.data_curation import PreferenceDataset
+from nemotron.recipes.nano2.stage2_alignment.training import DPOCheckpoint
+from nemotron.trackers import get_lineage_tracker
+
+# Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
+FULL_EVAL_ITEMS = 100_000
+
+
+@dataclass
+class Config:
+    """Preference accuracy, reward margins and answer accuracy of the DPO model and its SFT reference."""
+
+    checkpoint_path: Path | None = None
+    """A stage-2 DPOCheckpoint folder; default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `dpocheckpoint:latest`."""
+    dataset_path: Path | None = None
+    """The PreferenceDataset whose test pairs are scored; default: stdin, else the checkpoint's lineage."""
+    dataset_artifact: str | None = None
+    sft_checkpoint_path: Path | None = None
+    """The SFTCheckpoint used as reference; default: stdin, else the checkpoint's lineage."""
+    sft_checkpoint_artifact: str | None = None
+    sft_dataset_path: Path | None = None
+    """The SFTDataset with the held-out questions; default: stdin, else the SFT checkpoint's lineage."""
+    sft_dataset_artifact: str | None = None
+    beta: float | None = None
+    """DPO's beta for the implicit rewards; default: the beta the checkpoint was trained with."""
+    num_distractors: int = 3
+    max_items: int | None = None
+    """Held-out pairs and questions to score (the first ones of each file); default per scale."""
+    batch_size: int = 8
+    """Sequences per forward pass (batched longest first)."""
+    num_threads: int | None = None
+    """torch threads; default 1 at tiny (see nemotron.evaluation.inputs.evaluation_threads)."""
+    output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
+    scale: str = "tiny"
+    seed: int = 0
+    """Seeds the distractors of the answer test (the same seed gives stage 1's items)."""
+
+
+class DPOResults(Artifact):
+    sft_preference_accuracy: float
+    dpo_preference_accuracy: float
+    reward_accuracy: float
+    reward_margin: float
+    sft_answer_accuracy: float
+    dpo_answer_accuracy: float
+    num_pairs: int = Field(gt=0)
+
+
+def main(config: Config) -> DPOResults:
+    # --- setup: the DPO checkpoint and everything it was made from ---
+    checkpoint = DPOCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
+    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
+    shared = {"scale": config.scale, "stdin": piped}
+    pairs_dataset = load_upstream(
+        PreferenceDataset, path=config.dataset_path, reference=config.dataset_artifact,
+        made_from=[checkpoint], flag="--dataset-path", **shared,
+    )
+    sft = load_upstream(
+        SFTCheckpoint, path=config.sft_checkpoint_path, reference=config.sft_checkpoint_artifact,
+        made_from=[checkpoint], flag="--sft-checkpoint-path", **shared,
+    )
+    sft_dataset = load_upstream(
+        SFTDataset, path=config.sft_dataset_path, reference=config.sft_dataset_artifact,
+        made_from=[sft, pairs_dataset], flag="--sft-dataset-path", **shared,
+    )
+    beta = config.beta if config.beta is not None else trained_beta(checkpoint)
+
+    # --- data: held-out pairs and the stage-1 answer test ---
+    limit = config.max_items or apply_scale(FULL_EVAL_ITEMS, config.scale)
+    pairs = read_pairs(pairs_dataset.test_pairs)[:limit]
+    items = answer_items(read_conversations(sft_dataset.test_conversations)[:limit], config.num_distractors, config.seed)
+
+    # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
+    logps, metrics = {}, {}
+    with evaluation_threads(config.scale, config.num_threads):
+        for name, source in (("sft", sft), ("dpo", checkpoint)):
+            model, tokenizer = load_model(source.model_dir)
+            prompts, chosen, rejected = tokenize_pairs(tokenizer, pairs)
+            logps[name] = pair_logprobs(model, prompts, chosen, rejected, batch_size=config.batch_size)
+            lengths = ([len(ids) for ids in chosen], [len(ids) for ids in rejected])
+            metrics |= preference_metrics(name, *logps[name], *lengths, kinds=[p["rejected_kind"] for p in pairs])
+            metrics |= answer_accuracy(model, tokenizer, items, batch_size=config.batch_size).metrics(f"{name}_answer")
+    # The SFT model is DPO's reference: its log-probs of the same answers turn into the implicit rewards.
+    rewards = reward_metrics(*logps["dpo"], *logps["sft"], beta=beta)
+    metrics |= rewards | {"beta": beta, "num_pairs": len(pairs), "wall_seconds": time.perf_counter() - started}
+
+    # --- save ---
+    get_lineage_tracker().log_metrics(
+        {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}, step=checkpoint.steps
+    )
+    return DPOResults(
+        path=config.output_dir,
+        config=asdict(config),
+        scale=config.scale,
+        seed=config.seed,
+        inputs=[checkpoint, pairs_dataset, sft, sft_dataset],
+        sft_preference_accuracy=metrics["sft_preference_accuracy"],
+        dpo_preference_accuracy=metrics["dpo_preference_accuracy"],
+        reward_accuracy=rewards["reward_accuracy"],
+        reward_margin=rewards["reward_margin"],
+        sft_answer_accuracy=metrics["sft_answer_accuracy"],
+        dpo_answer_accuracy=metrics["dpo_answer_accuracy"],
+        num_pairs=len(pairs),
+        metrics=metrics,
+    ).save()
+
+
+def preference_metrics(
+    name: str,
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    chosen_lengths: list[int],
+    rejected_lengths: list[int],
+    kinds: list[str],
+) -> dict:
+    """`<name>_preference_accuracy` (per token), its summed-log-prob form, and the accuracy per rejected kind."""
+    by_kind = defaultdict(list)
+    for i, kind in enumerate(kinds):
+        by_kind[kind].append(i)
+    per_kind = {
+        kind: preference_accuracy(chosen[rows], rejected[rows], [chosen_lengths[i] for i in rows],
+                                  [rejected_lengths[i] for i in rows])
+        for kind, rows in sorted(by_kind.items())
+    }
+    return {
+        f"{name}_preference_accuracy": preference_accuracy(chosen, rejected, chosen_lengths, rejected_lengths),
+        f"{name}_preference_accuracy_sum": preference_accuracy(
+            chosen, rejected, chosen_lengths, rejected_lengths, length_normalized=False
+        ),
+        f"{name}_preference_accuracy_by_kind": per_kind,
+    }
+
+
+def trained_beta(checkpoint: DPOCheckpoint) -> float:
+    """The beta DPO was trained with, from the checkpoint's recorded config."""
+    beta = checkpoint.config.get("beta")
+    if not isinstance(beta, (int, float)) or beta <= 0:
+        raise NemotronError(f"{checkpoint.path}: the checkpoint's config records no beta; pass --beta 0.1")
+    return float(beta)
+
+
+if __name__ == "__main__":
+    run(main)
