@@ -1,0 +1,331 @@
+"""Tests for stage-2 DPO training, on real tiny inputs built here.
+
+The inputs are real: a BPE tokenizer trained on chatterbot with the nano2 chat template, preference
+pairs built from chatterbot by `nemotron.data_prep.preference` and written as JSONL, and a small
+NemotronH saved with `save_pretrained` next to the tokenizer, wrapped in the real `PreferenceDataset`
+and `SFTCheckpoint` artifact classes. The training step runs in-process (also through its command line,
+for the one-line refusals), as a subprocess that is SIGKILLed and then resumed, and under torchrun with
+two processes.
+"""
+
+import io
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from nemotron.cli import run
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.conversations import chatterbot_pool, dedup_conversations, filter_conversations
+from nemotron.data_prep.preference import build_pairs, read_pairs, write_pairs
+from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
+from nemotron.errors import NemotronError
+from nemotron.evaluation.chat import tokenize_pairs
+from nemotron.evaluation.preference import pair_logprobs, preference_accuracy, reward_metrics
+from nemotron.models.nano2 import build_config, build_model
+from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
+from nemotron.recipes.nano2.stage2_alignment.data_curation import PreferenceDataset
+from nemotron.recipes.nano2.stage2_alignment.training import REFERENCE_LOGPS, STEP_METRICS, Config, DPOCheckpoint, main
+
+VOCAB = 512
+TRAIN_PAIRS, TEST_PAIRS = 160, 60
+# The nano2 tiny shape, narrowed so a test trains it in seconds.
+SMALL_MODEL = dict(hidden_size=48, intermediate_size=96, mamba_num_heads=2, mamba_head_dim=48, head_dim=24,
+                   num_attention_heads=2, num_key_value_heads=1, ssm_state_size=8, chunk_size=32)
+STEP = "nemotron.recipes.nano2.stage2_alignment.training"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_threads():
+    threads = torch.get_num_threads()  # main() sets 1 thread at tiny
+    yield
+    torch.set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------------------------------
+# Real inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def save_sft_checkpoint(out: Path, tokenizer, scale: str = "tiny", seed: int = 0) -> SFTCheckpoint:
+    """What stage-1 training leaves: an HF folder (weights + tokenizer), a metrics JSONL, the artifact."""
+    model = build_model(build_config("tiny", len(tokenizer), **SMALL_MODEL), seed=seed)
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    return SFTCheckpoint(
+        path=out, config={"scale": scale}, scale=scale, model_dir=out / "model", metrics_path=out / "metrics.jsonl",
+        training_loss=1.0, validation_loss=None, steps=1,
+    ).save()
+
+
+def save_preference_dataset(out: Path, tokenizer_dir: Path, train: list, test: list) -> PreferenceDataset:
+    out.mkdir(parents=True, exist_ok=True)
+    write_pairs(train, out / "train_pairs.jsonl")
+    write_pairs(test, out / "test_pairs.jsonl")
+    return PreferenceDataset(
+        path=out, config={"scale": "tiny"}, tokenizer_dir=tokenizer_dir, train_pairs=out / "train_pairs.jsonl",
+        test_pairs=out / "test_pairs.jsonl", num_train_pairs=len(train), num_test_pairs=len(test),
+    ).save()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """(PreferenceDataset, SFTCheckpoint) from chatterbot: tokenizer, pairs, a random small NemotronH."""
+    root = tmp_path_factory.mktemp("stage2_inputs")
+    pool, _ = chatterbot_pool()
+    conversations, _ = dedup_conversations(filter_conversations(pool)[0])
+    texts = [message["content"] for conversation in conversations for message in conversation["messages"]]
+    tokenizer_dir = train_tokenizer(texts, VOCAB, root / "tokenizer", chat_template=NANO2_CHAT_TEMPLATE)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    random.Random(0).shuffle(conversations)
+    pairs = build_pairs(conversations[: TRAIN_PAIRS + TEST_PAIRS], seed=0)
+    dataset = save_preference_dataset(root / "pairs", tokenizer_dir, pairs[TEST_PAIRS:], pairs[:TEST_PAIRS])
+    return dataset, save_sft_checkpoint(root / "sft", tokenizer)
+
+
+def config(inputs, out: Path, **changes) -> Config:
+    dataset, sft = inputs
+    quick = dict(steps=6, micro_batch_size=4, max_length=96, eval_every=3, checkpoint_every=3, validation_share=0.1)
+    return replace(Config(dataset_path=dataset.path, checkpoint_path=sft.path, output_dir=out, **quick), **changes)
+
+
+def cli(config: Config) -> list[str]:
+    """The command line of `config`, for running the step as a user would."""
+    flags = {"dataset-path": config.dataset_path, "checkpoint-path": config.checkpoint_path,
+             "output-dir": config.output_dir, "steps": config.steps, "micro-batch-size": config.micro_batch_size,
+             "max-length": config.max_length, "eval-every": config.eval_every,
+             "checkpoint-every": config.checkpoint_every, "validation-share": config.validation_share}
+    return [sys.executable, "-m", STEP, *(f"--{k}={v}" for k, v in flags.items())]
+
+
+def weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(model_dir / "model.safetensors")
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(inputs, tmp_path_factory):
+    return main(config(inputs, tmp_path_factory.mktemp("dpo") / "run"))
+
+
+def test_dpo_writes_a_self_contained_model_metrics_and_lineage(inputs, trained):
+    dataset, sft = inputs
+    assert isinstance(trained, DPOCheckpoint) and trained.steps == 6
+    assert [(ref.type, ref.digest) for ref in trained.inputs] == [
+        ("preferencedataset", dataset.digest), ("sftcheckpoint", sft.digest)
+    ]
+    assert trained.config["beta"] == 0.1  # stage-2 evaluation reads beta from here
+    # The final folder alone is a usable model: plain transformers loads weights and tokenizer.
+    model = AutoModelForCausalLM.from_pretrained(trained.model_dir)
+    assert AutoTokenizer.from_pretrained(trained.model_dir).chat_template == NANO2_CHAT_TEMPLATE
+    assert not torch.equal(model.lm_head.weight, AutoModelForCausalLM.from_pretrained(sft.model_dir).lm_head.weight)
+
+    records = [json.loads(line) for line in trained.metrics_path.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    for record in records:
+        assert set(STEP_METRICS) | {"smoothed_loss", "lr", "grad_norm"} <= set(record)
+        assert "seconds" not in json.dumps(record) and "tokens_per_second" not in record  # no wall-clock in files
+    assert [r["step"] for r in records if "val_loss" in r] == [3, 6]
+    assert trained.validation_loss == records[-1]["val_loss"]
+    held_out = trained.metrics["validation_pairs"]
+    assert held_out == round(0.1 * (trained.metrics["train_pairs"] + held_out)) > 0
+    # Step 1: the policy IS the reference, so h = 0, the loss is log 2 and no reward is earned yet.
+    assert records[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    assert records[0]["reward_margin"] == pytest.approx(0.0, abs=1e-4)
+    assert records[0]["lr"] == Config().lr and records[-1]["lr"] < records[0]["lr"]  # cosine (no warmup in 6 steps)
+
+
+def test_reference_logprobs_are_the_sft_models_and_stored_with_the_run(inputs, trained):
+    dataset, sft = inputs
+    stored = torch.load(trained.path / REFERENCE_LOGPS, weights_only=True)
+    tokenizer = load_tokenizer(dataset.tokenizer_dir)
+    prompts, chosen, rejected = tokenize_pairs(tokenizer, read_pairs(dataset.train_pairs))
+    reference = AutoModelForCausalLM.from_pretrained(sft.model_dir)
+    expected_chosen, expected_rejected = pair_logprobs(reference, prompts, chosen, rejected)
+    # Every pair that fits in max_length (96) was scored once before training; the others are NaN.
+    fits = torch.tensor([len(p) + max(len(c), len(r)) <= 96 for p, c, r in zip(prompts, chosen, rejected)])
+    assert torch.equal(~stored["chosen"].isnan(), fits) and torch.equal(~stored["rejected"].isnan(), fits)
+    assert int(fits.sum()) == trained.metrics["train_pairs"] + trained.metrics["validation_pairs"]
+    assert 0 < trained.metrics["pairs_skipped_too_long"] == int((~fits).sum())
+    assert torch.allclose(stored["chosen"][fits], expected_chosen[fits], atol=1e-4)
+    assert torch.allclose(stored["rejected"][fits], expected_rejected[fits], atol=1e-4)
+
+
+def test_same_config_and_seed_give_the_same_model_and_digest(inputs, trained, tmp_path):
+    again = main(config(inputs, tmp_path / "again"))
+    first, second = weights(trained.model_dir), weights(again.model_dir)
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    assert again.digest == trained.digest
+
+
+def test_dpo_learns_to_prefer_chosen_answers_on_held_out_pairs(inputs, tmp_path):
+    dataset, sft = inputs
+    result = main(config(inputs, tmp_path / "learn", steps=40, lr=1e-3, eval_every=40, checkpoint_every=40))
+    tokenizer = load_tokenizer(dataset.tokenizer_dir)
+    test = tokenize_pairs(tokenizer, read_pairs(dataset.test_pairs))  # pairs never trained on
+    before = pair_logprobs(AutoModelForCausalLM.from_pretrained(sft.model_dir), *test)
+    after = pair_logprobs(AutoModelForCausalLM.from_pretrained(result.model_dir), *test)
+    # DPO's implicit reward (against the SFT model) prefers the chosen answer of unseen pairs...
+    rewards = reward_metrics(*after, *before, beta=0.1)
+    # (over seeds 0-3: reward accuracy 0.57-0.67, margin 0.09-0.16)...
+    assert rewards["reward_accuracy"] > 0.5 and rewards["reward_margin"] > 0.05, rewards
+    # ...and the policy itself prefers chosen answers (per token) more often than the SFT model did
+    # (0.50 -> 0.55-0.62 over seeds 0-3; 60 pairs, so 0.03 is two pairs).
+    lengths = ([len(ids) for ids in test[1]], [len(ids) for ids in test[2]])
+    assert preference_accuracy(*after, *lengths) > preference_accuracy(*before, *lengths) + 0.03
+
+
+@pytest.mark.parametrize(
+    "variant, changes, first_loss",
+    [("conservative", dict(label_smoothing=0.2), math.log(2)), ("ipo", dict(beta=0.5), 1.0)],
+)
+def test_loss_variants_start_from_their_value_at_the_reference(inputs, tmp_path, variant, changes, first_loss):
+    # At step 1 the policy equals the reference (h = 0): cDPO gives log 2, IPO (0 - 1/(2 beta))^2.
+    result = main(config(inputs, tmp_path / variant, steps=2, loss_variant=variant, **changes))
+    records = [json.loads(line) for line in result.metrics_path.read_text().splitlines()]
+    assert records[0]["loss"] == pytest.approx(first_loss, abs=1e-4)
+    assert result.config["loss_variant"] == variant
+
+
+def test_both_inputs_can_come_from_stdin(inputs, tmp_path, monkeypatch):
+    dataset, sft = inputs
+    piped = {a.type: json.loads(a.model_dump_json()) for a in (dataset, sft)}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(piped)))
+    result = main(config(inputs, tmp_path / "piped", dataset_path=None, checkpoint_path=None, steps=1))
+    assert [ref.path for ref in result.inputs] == [str(dataset.path), str(sft.path)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Resume after a real kill
+# --------------------------------------------------------------------------------------------------
+
+
+def test_killed_run_resumes_to_the_same_weights_and_loss(inputs, trained, tmp_path):
+    run_config = config(inputs, tmp_path / "killed", checkpoint_every=2)
+    first_checkpoint = run_config.output_dir / "checkpoints" / "step_000002"
+    process = subprocess.Popen(cli(run_config), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not first_checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert first_checkpoint.exists() and process.returncode == -signal.SIGKILL
+    assert not (run_config.output_dir / "metadata.json").exists()
+    reference_file = (run_config.output_dir / REFERENCE_LOGPS).stat()
+
+    resumed = main(run_config)  # the same command again, here in-process
+    assert 2 <= resumed.metrics["resumed_from_step"] < 6
+    # The reference log-probs were read back, not recomputed.
+    assert (run_config.output_dir / REFERENCE_LOGPS).stat().st_mtime_ns == reference_file.st_mtime_ns
+
+    # The same weights, loss and log as the uninterrupted run (both 1 thread at tiny: bitwise on CPU).
+    uninterrupted, resumed_weights = weights(trained.model_dir), weights(resumed.model_dir)
+    assert all(torch.equal(uninterrupted[name], resumed_weights[name]) for name in uninterrupted)
+    assert resumed.training_loss == trained.training_loss
+    assert resumed.metrics_path.read_text() == trained.metrics_path.read_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# Two processes
+# --------------------------------------------------------------------------------------------------
+
+
+def test_two_ddp_processes_train_like_one_process_with_the_whole_batch(inputs, tmp_path):
+    one = main(config(inputs, tmp_path / "one", steps=2, micro_batch_size=4, eval_every=2, checkpoint_every=2))
+    two = config(inputs, tmp_path / "two", steps=2, micro_batch_size=2, eval_every=2, checkpoint_every=2)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    result = subprocess.run([*torchrun, *cli(two)[1:]], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    artifact = json.loads(result.stdout)["dpocheckpoint"]  # exactly one artifact JSON, from rank 0
+    assert artifact["metrics"]["world_size"] == 2
+    # Same global batches (2 ranks x 2 pairs = 4 pairs), gradients averaged: equal up to float rounding.
+    single, double = weights(one.model_dir), weights(Path(artifact["model_dir"]))
+    assert all(torch.allclose(single[name], double[name], atol=1e-5) for name in single)
+    assert artifact["training_loss"] == pytest.approx(one.training_loss, abs=1e-5)
+
+
+# --------------------------------------------------------------------------------------------------
+# Refusals: one clear line, before any training, nothing written
+# --------------------------------------------------------------------------------------------------
+
+
+def test_an_empty_rejected_answer_is_one_error_line_from_the_cli(inputs, tmp_path, capsys):
+    dataset, _ = inputs
+    pairs = [json.loads(line) for line in dataset.train_pairs.read_text().splitlines()]
+    pairs[4]["rejected"] = "  "
+    bad = tmp_path / "bad_pairs"
+    bad.mkdir()
+    (bad / "train_pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    (bad / "test_pairs.jsonl").write_text(dataset.test_pairs.read_text())
+    bad_dataset = PreferenceDataset(
+        path=bad, config={}, tokenizer_dir=dataset.tokenizer_dir, train_pairs=bad / "train_pairs.jsonl",
+        test_pairs=bad / "test_pairs.jsonl", num_train_pairs=len(pairs), num_test_pairs=dataset.num_test_pairs,
+    ).save()
+    run_config = config(inputs, tmp_path / "out", dataset_path=bad_dataset.path)
+    with pytest.raises(SystemExit) as exit_status:
+        run(main, cli(run_config)[3:])  # the step's command line, in-process
+    stdout, stderr = capsys.readouterr()
+    assert exit_status.value.code == 2 and stdout == ""
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: {bad / 'train_pairs.jsonl'}:5: empty or missing 'rejected' answer; every pair needs a "
+        "non-empty chosen and rejected answer"
+    )
+    assert not run_config.output_dir.exists()
+
+
+def test_a_checkpoint_of_another_scale_is_refused(inputs, tmp_path):
+    dataset, _ = inputs
+    small = save_sft_checkpoint(tmp_path / "small_sft", load_tokenizer(dataset.tokenizer_dir), scale="small")
+    out = tmp_path / "out"
+    with pytest.raises(NemotronError, match="made at scale 'small' but this run is 'tiny'"):
+        main(config(inputs, out, checkpoint_path=small.path))
+    assert not out.exists()
+
+
+def test_a_checkpoint_with_another_tokenizer_is_refused(inputs, tmp_path):
+    other_dir = train_tokenizer(["another corpus, another vocabulary"] * 50 + ["zebra quartz"] * 20, 300,
+                                tmp_path / "other_tokenizer", chat_template=NANO2_CHAT_TEMPLATE)
+    other = save_sft_checkpoint(tmp_path / "other_sft", load_tokenizer(other_dir))
+    out = tmp_path / "out"
+    with pytest.raises(NemotronError, match="does not match the tokenizer"):
+        main(config(inputs, out, checkpoint_path=other.path))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(label_smoothing=0.1), "only applies to variant='conservative'"),
+        (dict(loss_variant="conservative"), "needs 0 < label_smoothing < 0.5"),
+        (dict(beta=0.0), "must be > 0"),
+        (dict(max_length=8), "fewer than one global batch"),
+    ],
+)
+def test_settings_dpo_does_not_define_are_refused_before_training(inputs, tmp_path, changes, message):
+    out = tmp_path / "out"
+    with pytest.raises(NemotronError, match=message):
+        main(config(inputs, out, **changes))
+    assert not (out / "checkpoints").exists()
+
+
+def test_resuming_with_another_beta_is_refused(inputs, trained, tmp_path):
+    with pytest.raises(NemotronError, match="other settings beta"):
+        main(config(inputs, trained.path, beta=0.5))
