@@ -369,6 +369,24 @@ def test_mc_accuracy_picks_argmax_and_normalises_by_characters(model, tokenizer)
     assert result.accuracy_norm == np.mean([d.predicted_norm == d.item.answer_index for d in result.items])
     assert result.chance == 0.25
     assert result.metrics("qa")["qa_accuracy"] == result.accuracy
+    assert result.accuracy_mutual_info is None and "qa_accuracy_mutual_info" not in result.metrics("qa")
+
+
+def test_mc_accuracy_mutual_info_subtracts_the_unconditional_score(model, tokenizer):
+    items = build_mc_items(QA, seed=1)
+    result = mc_accuracy(
+        model, tokenizer, items, lambda q: f"Question: {q}\nAnswer:", lambda a: " " + a,
+        unconditional_context="Answer:", batch_size=5,
+    )
+    for detail in result.items:
+        priors = []
+        for choice in detail.item.choices:
+            context_ids, continuation_ids = encode_pair(tokenizer, "Answer:", " " + choice)
+            logprobs = reference_logprobs(model, context_ids + continuation_ids)[-len(continuation_ids) :]
+            priors.append(logprobs.sum().item())
+        assert detail.predicted_mutual_info == int(np.argmax(np.array(detail.logprobs) - priors))
+    expected = np.mean([d.predicted_mutual_info == d.item.answer_index for d in result.items])
+    assert result.accuracy_mutual_info == expected == result.metrics("qa")["qa_accuracy_mutual_info"]
 
 
 def test_mc_accuracy_of_a_model_that_learned_the_answers(memorised, tokenizer):

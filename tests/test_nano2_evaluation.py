@@ -253,6 +253,9 @@ def test_stage1_scores_base_and_sft_side_by_side(stage0_inputs, stage1_inputs, s
     # The SFT model learned these answers; the base model never saw the chat format.
     assert results.sft_completion_nll < results.base_completion_nll - 1.0
     assert results.sft_answer_accuracy >= 0.75 and results.sft_answer_accuracy > results.base_answer_accuracy
+    # Mutual information (acc_mutual_info) discounts each answer's prior: SFT tied these questions to their answers.
+    assert results.sft_answer_accuracy_mutual_info > results.base_answer_accuracy_mutual_info
+    assert metrics["sft_answer_accuracy_mutual_info"] == results.sft_answer_accuracy_mutual_info
     assert metrics["sft_completion_perplexity"] == pytest.approx(math.exp(results.sft_completion_nll))
     # The completion-only NLL counts assistant tokens (answer + <|im_end|>) and nothing else.
     tokenizer = load_tokenizer(checkpoint.model_dir)

@@ -218,10 +218,13 @@ def test_sft_lowers_completion_nll(recipe):
 
 
 def test_sft_raises_answer_accuracy(recipe):
+    # The headline answer accuracy is lm-eval's acc_mutual_info (Holtzman et al. 2021): does the
+    # question make its own answer likelier than it is after a neutral prompt? Plain accuracy of a
+    # 1.5M-parameter model mostly measures which answers are typical (see stage1_sft/evaluation.py).
     results = recipe.artifacts["sftresults"]
-    base, sft = results["base_answer_accuracy"], results["sft_answer_accuracy"]
+    base, sft = results["base_answer_accuracy_mutual_info"], results["sft_answer_accuracy_mutual_info"]
     assert sft > base, (
-        f"SFT answer accuracy {sft:.4f} is not above the base model's {base:.4f}"
+        f"SFT answer accuracy (mutual information) {sft:.4f} is not above the base model's {base:.4f}"
     )
 
 

@@ -14,6 +14,9 @@ TEST conversations, so the numbers of the base, SFT and DPO models sit side by s
   MMLU-style tasks (`nemotron.evaluation.multiple_choice`). The context is the question rendered with
   the chat template and the generation prompt; each choice is the answer plus `<|im_end|>`, tokenized
   exactly as SFT tokenized assistant turns (piece by piece, `nemotron.data_prep.chat_template`).
+  Each answer is also scored after the chat-formatted neutral question `UNCONDITIONAL_QUESTION`
+  ("Answer:", lm-eval's unconditional context) for `acc_mutual_info`, the headline number: it asks
+  whether the question made its answer more likely than other answers, not which answer is most typical.
 - `chat_samples(model, tokenizer, questions, max_new_tokens)`: greedy answers to a few questions, so a
   reader sees what the model actually says.
 - `answer_ids` / `tokenize_pairs`: an assistant answer, and preference pairs, as token ids in that same
@@ -38,6 +41,7 @@ from nemotron.evaluation.language_modeling import heldout_loss
 from nemotron.evaluation.multiple_choice import MCItem, MCResult, build_mc_items, mc_accuracy
 
 Conversation = dict[str, Any]  # {"id", "messages": [{"role", "content"}, ...], ...}
+UNCONDITIONAL_QUESTION = "Answer:"  # lm-eval's unconditional context for acc_mutual_info
 
 
 def conversation_targets(
@@ -97,7 +101,10 @@ def answer_accuracy(model: torch.nn.Module, tokenizer, items: Sequence[MCItem], 
     def choice(answer: str) -> list[int]:
         return answer_ids(tokenizer, answer)
 
-    return mc_accuracy(model, tokenizer, items, context, choice, batch_size=batch_size)
+    return mc_accuracy(
+        model, tokenizer, items, context, choice,
+        unconditional_context=context(UNCONDITIONAL_QUESTION), batch_size=batch_size,
+    )
 
 
 def answer_ids(tokenizer, answer: str) -> list[int]:

@@ -24,6 +24,12 @@ How we mirror lm-evaluation-harness 0.4.13 (`lm_eval/api/model.py::TemplateLM._e
   characters of the choice text* (not tokens; lm-eval 0.4.13 uses `len(choice)`). Summed log-probs favour
   short answers, since every extra token can only lower the sum; dividing by length removes most of
   that bias, and characters (unlike tokens) do not depend on the tokenizer.
+- `accuracy_mutual_info` is lm-eval's `acc_mutual_info` (Holtzman et al., 2021, "Surface Form
+  Competition"): argmax of log p(choice | context) - log p(choice | unconditional context), computed only
+  when `mc_accuracy` is given an `unconditional_context` (lm-eval uses "Answer:"). It removes each
+  answer's prior probability, so it asks whether the *question* made the answer more likely. A small
+  chat model mostly learns which answers are typical; raw `acc` then stays at chance (measured in the
+  stage-1 evaluation docstring) while this score shows the question/answer association it did learn.
 Ties go to the first choice (numpy argmax), as in lm-eval.
 """
 
@@ -56,6 +62,7 @@ class MCItemResult:
     num_tokens: tuple[int, ...]  # how many continuation tokens each choice had
     predicted: int  # argmax of logprobs
     predicted_norm: int  # argmax of logprobs / len(choice text)
+    predicted_mutual_info: int | None = None  # argmax of logprobs - unconditional logprobs, if scored
 
     @property
     def correct(self) -> bool:
@@ -72,6 +79,7 @@ class MCResult:
     accuracy_norm: float  # lm-eval `acc_norm` (character-length normalised)
     chance: float  # expected accuracy of guessing uniformly: mean of 1 / number of choices
     items: list[MCItemResult] = field(repr=False)
+    accuracy_mutual_info: float | None = None  # lm-eval `acc_mutual_info`, if an unconditional context was given
 
     def metrics(self, prefix: str = "mc") -> dict[str, float]:
         """The numbers an artifact records, e.g. {"mc_accuracy": .., "mc_accuracy_norm": .., ...}."""
@@ -80,7 +88,7 @@ class MCResult:
             f"{prefix}_accuracy_norm": self.accuracy_norm,
             f"{prefix}_chance": self.chance,
             f"{prefix}_num_items": float(len(self.items)),
-        }
+        } | ({} if self.accuracy_mutual_info is None else {f"{prefix}_accuracy_mutual_info": self.accuracy_mutual_info})
 
 
 def build_mc_items(
@@ -172,13 +180,15 @@ def mc_accuracy(
     render_context: Callable[[str], Rendered],
     render_choice: Callable[[str], Rendered] = lambda choice: choice,
     *,
+    unconditional_context: Rendered | None = None,
     batch_size: int = 8,
 ) -> MCResult:
     """Score every choice of every item as a continuation of `render_context(question)`.
 
     Each render function returns text or token ids (see `encode_pair`). `render_choice` turns a choice
     into the scored continuation, e.g. `lambda answer: answer + "<|im_end|>"` after a chat-template
-    context. Length normalisation always uses the plain choice text.
+    context. Length normalisation always uses the plain choice text. With `unconditional_context`, each
+    distinct choice is also scored after it, for `accuracy_mutual_info`.
     """
     if not items:
         raise NemotronError("no multiple-choice items to evaluate; build some with build_mc_items")
@@ -192,6 +202,12 @@ def mc_accuracy(
         (render_context(item.question), render_choice(choice)) for item in items for choice in item.choices
     ]
     scores = iter(loglikelihood(model, tokenizer, requests, batch_size=batch_size))
+    prior: dict[str, float] = {}  # choice text -> log p(choice | unconditional context)
+    if unconditional_context is not None:
+        distinct = list(dict.fromkeys(choice for item in items for choice in item.choices))
+        prior_requests = [(unconditional_context, render_choice(choice)) for choice in distinct]
+        prior_scores = loglikelihood(model, tokenizer, prior_requests, batch_size=batch_size)
+        prior = {choice: logprob for choice, (logprob, _) in zip(distinct, prior_scores)}
     results = []
     for item in items:
         item_scores = [next(scores) for _ in item.choices]
@@ -204,6 +220,9 @@ def mc_accuracy(
                 num_tokens=tuple(n for _, n in item_scores),
                 predicted=int(np.argmax(logprobs)),
                 predicted_norm=int(np.argmax(logprobs / char_lengths)),
+                predicted_mutual_info=(
+                    int(np.argmax(logprobs - np.array([prior[c] for c in item.choices]))) if prior else None
+                ),
             )
         )
     return MCResult(
@@ -211,4 +230,7 @@ def mc_accuracy(
         accuracy_norm=float(np.mean([r.correct_norm for r in results])),
         chance=float(np.mean([1.0 / len(item.choices) for item in items])),
         items=results,
+        accuracy_mutual_info=(
+            float(np.mean([r.predicted_mutual_info == r.item.answer_index for r in results])) if prior else None
+        ),
     )

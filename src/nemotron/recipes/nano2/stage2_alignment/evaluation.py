@@ -91,6 +91,8 @@ class DPOResults(Artifact):
     reward_margin: float
     sft_answer_accuracy: float
     dpo_answer_accuracy: float
+    sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
+    dpo_answer_accuracy_mutual_info: float
     num_pairs: int = Field(gt=0)
 
 
@@ -149,6 +151,8 @@ def main(config: Config) -> DPOResults:
         reward_margin=rewards["reward_margin"],
         sft_answer_accuracy=metrics["sft_answer_accuracy"],
         dpo_answer_accuracy=metrics["dpo_answer_accuracy"],
+        sft_answer_accuracy_mutual_info=metrics["sft_answer_accuracy_mutual_info"],
+        dpo_answer_accuracy_mutual_info=metrics["dpo_answer_accuracy_mutual_info"],
         num_pairs=len(pairs),
         metrics=metrics,
     ).save()
