@@ -1,0 +1,232 @@
+"""nano2 stage 0 training: exact resume after a real kill, a self-contained model folder, refusals, DDP.
+
+Everything runs on a real PretrainDataset made once by the real stage-0 data curation over two plays
+(a reduced blend, as in test_nano2_stage0_data), with short runs (`FEW`: 12 steps of 4 x 64 tokens).
+The uninterrupted in-process run `trained` is the reference the other runs are compared with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.indexed import IndexedReader
+from nemotron.data_prep.sources import read_shakespeare
+from nemotron.recipes.nano2.stage0_pretrain import data_curation
+from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
+from nemotron.recipes.nano2.stage0_pretrain.evaluation import heldout_loss_of_model_dir
+from nemotron.recipes.nano2.stage0_pretrain.training import Config, PretrainCheckpoint, main
+from nemotron.training.metrics import read_metrics
+
+STEP = "nemotron.recipes.nano2.stage0_pretrain.training"
+PLAYS = {"hamlet", "macbeth"}
+FEW = {"steps": 12, "seq_len": 64, "micro_batch_size": 4, "checkpoint_every": 3, "eval_every": 3, "eval_batches": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_threads():
+    """The step sets torch's thread count for the process (1 at tiny); give other modules theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> PretrainDataset:
+    folder = tmp_path_factory.mktemp("blend")
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in PLAYS]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
+    config = data_curation.Config(blend_path=folder / "blend.json", vocab_size=512, num_shards=2, workers=1,
+                                   output_dir=tmp_path_factory.mktemp("data"))
+    return data_curation.main(config)
+
+
+@pytest.fixture(scope="module")
+def trained(dataset, tmp_path_factory) -> PretrainCheckpoint:
+    """The reference: FEW steps, uninterrupted, in this process."""
+    return main(Config(dataset_path=dataset.path, output_dir=tmp_path_factory.mktemp("trained"), **FEW))
+
+
+def _command(out: Path, *flags: str, **changes) -> list[str]:
+    settings = {**FEW, **changes}
+    options = [f"--{name.replace('_', '-')}={value}" for name, value in settings.items()]
+    return [sys.executable, "-m", STEP, "--output-dir", str(out), *options, *flags]
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    first, second = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return first.keys() == second.keys() and all(torch.equal(first[name], second[name]) for name in first)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resume after a real kill, and determinism
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_resume_after_sigkill_ends_with_the_weights_and_loss_of_an_uninterrupted_run(dataset, trained, tmp_path):
+    out = tmp_path / "killed"
+    command = _command(out, "--dataset-path", str(dataset.path))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not (out / "checkpoints" / "step_000003").is_dir():
+        assert process.poll() is None and time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    assert not (out / "model").exists() and not (out / "metadata.json").exists()  # killed mid-run
+
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)  # same command
+    assert result.returncode == 0, result.stderr[-2000:]
+    resumed = PretrainCheckpoint.model_validate(json.loads(result.stdout)["pretraincheckpoint"])
+
+    assert 3 <= resumed.metrics["resumed_from_step"] < FEW["steps"]  # it really continued mid-run
+    assert _same_weights(resumed.model_dir, trained.model_dir)
+    assert resumed.training_loss == trained.training_loss
+    assert resumed.validation_loss == trained.validation_loss
+    records = read_metrics(resumed.metrics_path)
+    assert [r["step"] for r in records] == list(range(1, FEW["steps"] + 1))  # each step once
+    assert records == read_metrics(trained.metrics_path)
+    assert resumed.digest == trained.digest
+
+
+def test_same_seed_gives_the_same_checkpoint_digest(dataset, trained, tmp_path):
+    again = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "again", **FEW))
+    assert again.digest == trained.digest == PretrainCheckpoint.from_path(trained.path).compute_digest()
+    assert _same_weights(again.model_dir, trained.model_dir)
+    # The digest covers the metrics log, so it must hold no wall-clock numbers.
+    assert not any("second" in key or "tok" in key for r in read_metrics(again.metrics_path) for key in r)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model folder: plain transformers loads it and reproduces the step's validation loss
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_model_folder_loads_alone_and_gives_the_steps_validation_loss(dataset, trained):
+    model = AutoModelForCausalLM.from_pretrained(trained.model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained.model_dir)
+    assert tokenizer.chat_template == NANO2_CHAT_TEMPLATE
+    first_text = json.loads((dataset.path / "splits" / "valid.jsonl").open().readline())["text"]
+    first_doc = IndexedReader(dataset.valid_prefixes[0])[0]  # its tokens, then EOS
+    assert tokenizer(first_text, add_special_tokens=False)["input_ids"] == first_doc[:-1].tolist()
+
+    # Independently of our window code: the valid token stream, cut into windows of seq_len + 1 that
+    # share one token; the step scores the first eval_batches global batches of them.
+    seq_len = FEW["seq_len"]
+    docs = [doc for prefix in dataset.valid_prefixes for doc in IndexedReader(prefix)]
+    stream = np.concatenate([np.asarray(doc, dtype=np.int64) for doc in docs])
+    count = FEW["eval_batches"] * FEW["micro_batch_size"]
+    windows = torch.stack([torch.from_numpy(stream[i * seq_len : (i + 1) * seq_len + 1]) for i in range(count)])
+    with torch.no_grad():
+        logits = model(input_ids=windows[:, :-1]).logits
+    expected = F.cross_entropy(logits.flatten(0, 1).double(), windows[:, 1:].flatten()).item()
+
+    assert trained.validation_loss == pytest.approx(expected, abs=1e-5)
+    assert read_metrics(trained.metrics_path)[-1]["val_loss"] == trained.validation_loss
+    # The stage-0 evaluation step scores the same windows the same way.
+    loss, tokens = heldout_loss_of_model_dir(trained.model_dir, dataset.valid_prefixes, seq_len, count * seq_len)
+    assert (loss, tokens) == (pytest.approx(expected, abs=1e-5), count * seq_len)
+    first_val = next(r["val_loss"] for r in read_metrics(trained.metrics_path) if "val_loss" in r)
+    assert trained.validation_loss < first_val  # and training did lower it
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bad input: one line, exit 2, before any training step
+# ---------------------------------------------------------------------------------------------------
+
+
+def _copy_dataset(dataset: PretrainDataset, folder: Path) -> PretrainDataset:
+    """The dataset folder moved elsewhere (its metadata rewritten to the new place), to damage freely."""
+    shutil.copytree(dataset.path, folder)
+    metadata = folder / "metadata.json"
+    metadata.write_text(metadata.read_text().replace(str(dataset.path), str(folder)))
+    return PretrainDataset.from_path(folder)
+
+
+def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_path):
+    missing = _copy_dataset(dataset, tmp_path / "missing")
+    Path(f"{missing.train_prefixes[1]}.bin").unlink()
+    truncated = _copy_dataset(dataset, tmp_path / "truncated")
+    shard = Path(f"{truncated.train_prefixes[1]}.bin")
+    shard.write_bytes(shard.read_bytes()[:-10])
+    other_shape = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "other_shape",
+                              model_overrides=("hidden_size=64",), **{**FEW, "steps": 3}))
+
+    cases = {  # name: (dataset, extra flags, expected error)
+        "missing": (missing.path, (), re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
+        "truncated": (truncated.path, (), re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
+        "other_shape": (dataset.path, (), r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
+        "seq_len": (dataset.path, ("--seq-len=1025",), r"seq_len=1025 is longer .* \(max_position_embeddings=1024\)"),
+    }
+    # Four processes at once: each spends most of its time importing torch and transformers.
+    running = {
+        name: subprocess.Popen(_command(tmp_path / name, "--dataset-path", str(path), *flags),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, (path, flags, _) in cases.items()
+    }
+    for name, process in running.items():
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 2, (name, stderr[-2000:])
+        errors = [line for line in stderr.splitlines() if line.startswith("error")]
+        assert len(errors) == 1 and stderr.rstrip().endswith(errors[0]), (name, stderr)
+        assert re.search(cases[name][2], errors[0]), (name, errors[0])
+        assert stdout == "" and "pretrain:" not in stderr  # no artifact, and the training loop never started
+    for name in ("missing", "truncated", "seq_len"):
+        assert not (tmp_path / name / "checkpoints").exists()
+    # The folder of the other run is left as it was: its artifact, its checkpoints, its log.
+    assert PretrainCheckpoint.from_path(other_shape.path).digest == other_shape.digest == other_shape.compute_digest()
+    assert [p.name for p in (other_shape.path / "checkpoints").iterdir()] == ["step_000003"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# DDP: two processes under torchrun train like one with the same global batch
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(dataset, tmp_path):
+    few = {**FEW, "steps": 4, "checkpoint_every": 2, "eval_every": 2}
+    one = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "one", **few))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               *_command(tmp_path / "two", "--dataset-path", str(dataset.path), **{**few, "micro_batch_size": 2})[1:]]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.strip().splitlines()) == 1  # one artifact JSON for the whole job, from rank 0
+    two = PretrainCheckpoint.model_validate(json.loads(result.stdout)["pretraincheckpoint"])
+    assert two.metrics["world_size"] == 2 and two.metrics["train_tokens"] == one.metrics["train_tokens"]
+    assert PretrainCheckpoint.from_path(tmp_path / "two").digest == two.digest
+
+    # Same windows, same math, different float summation order (each rank's loss over half the batch,
+    # then Gloo's all-reduce of gradients and losses): the numbers agree to a few float32 ulps (measured
+    # ~1e-7 relative after 4 steps). 1e-5 leaves headroom for that and still catches any wrong slice
+    # or missing gradient average, which moves the loss by 1e-3 or more.
+    for a, b in zip(read_metrics(one.metrics_path), read_metrics(two.metrics_path), strict=True):
+        assert b["step"] == a["step"] and b["lr"] == a["lr"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+        assert ("val_loss" in b) == ("val_loss" in a)
+        assert b.get("val_loss", 0.0) == pytest.approx(a.get("val_loss", 0.0), rel=1e-5)
+    # Weights: AdamW divides each gradient by its own running magnitude, so where a gradient is nearly
+    # zero (an embedding row of a token seen once) the float noise is amplified up to ~lr per step
+    # (measured: 4e-5 on one embedding entry, < 1e-6 elsewhere). A wrong step moves weights by ~lr=3e-3.
+    first, second = load_file(one.model_dir / "model.safetensors"), load_file(two.model_dir / "model.safetensors")
+    assert max((first[name] - second[name]).abs().max().item() for name in first) < 3e-4
