@@ -294,11 +294,14 @@ def test_plain_python_is_a_single_process_without_a_group(monkeypatch):
 
 
 WORKER = """
+from pathlib import Path
 import torch
 from nemotron.training.distributed import all_reduce_mean, cleanup, setup_distributed
 info = setup_distributed()
 mean = all_reduce_mean(torch.tensor([float(info.rank), 10.0]))
-print(f"{info.rank} {info.world_size} {info.is_main} {mean[0].item()} {mean[1].item()}")
+# One file per rank: two processes printing to one pipe can interleave their lines.
+line = f"{info.rank} {info.world_size} {info.is_main} {mean[0].item()} {mean[1].item()}"
+(Path(__file__).parent / f"rank{info.rank}.txt").write_text(line)
 cleanup()
 """
 
@@ -309,5 +312,5 @@ def test_two_processes_under_torchrun_average_with_gloo(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
-    lines = sorted(result.stdout.split("\n"))[-2:]
+    lines = [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)]
     assert lines == ["0 2 True 0.5 10.0", "1 2 False 0.5 10.0"]
