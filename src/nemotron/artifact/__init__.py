@@ -324,7 +324,7 @@ class Artifact(BaseModel):
         elif stdin:
             art = cls._from_stdin()
         else:
-            raise NemotronError(f"no {cls.type_name()} given: pass --{_flag(cls)}-path PATH")
+            raise NemotronError(f"no {cls.type_name()} given: pass its folder with the step's --*-path flag (see --help)")
         if scale is not None and art.scale != scale:
             raise NemotronError(
                 f"{art.path}: {cls.type_name()} was made at scale {art.scale!r} but this run is "
@@ -340,7 +340,7 @@ class Artifact(BaseModel):
             have = ", ".join(found) or "nothing"
             raise NemotronError(
                 f"stdin carries {have} but this step needs a {cls.type_name()}: pipe in the step "
-                f"that makes one, or pass --{_flag(cls)}-path PATH"
+                "that makes one, or pass its folder with the step's --*-path flag (see --help)"
             )
         return cls.from_dict(found[cls.type_name()], where="stdin")
 
@@ -377,10 +377,6 @@ def _without_locations(config: Any) -> Any:
     if isinstance(config, list):
         return [_without_locations(v) for v in config]
     return config
-
-
-def _flag(cls: type[Artifact]) -> str:
-    return getattr(cls, "flag_name", cls.type_name())
 
 
 def _one_line(e: ValidationError) -> str:
@@ -505,7 +501,7 @@ def print_complete(artifacts: dict[str, Artifact] | Artifact) -> None:
     out = {**passed, **{k: json.loads(a.model_dump_json()) for k, a in artifacts.items()}}
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
-    for key, art in artifacts.items():
+    for art in artifacts.values():
         print(summary_table(art), file=sys.stderr)
 
 
