@@ -29,6 +29,7 @@ import torch
 
 from nemotron.artifact import Artifact, read_stdin_artifacts
 from nemotron.errors import NemotronError
+from nemotron.training.distributed import torch_threads
 
 A = TypeVar("A", bound=Artifact)
 
@@ -106,18 +107,9 @@ def load_upstream(
 
 @contextmanager
 def evaluation_threads(scale: str, num_threads: int | None = None) -> Iterator[int]:
-    """Run the block with `num_threads` torch threads (default: 1 at tiny, torch's own choice above).
-
-    Why one thread at tiny: a tiny model's matmuls are a few microseconds each, so splitting them over
-    threads costs more in hand-offs than it gains, and on a machine whose cores are busy with other work a
-    thread that waits for a descheduled sibling stalls every op (see the timings in
-    benchmarks/bench_eval_threads.py). Larger models have matmuls big enough to share. One thread also
-    keeps the reduction order fixed, whatever the machine's core count. The previous count is restored.
-    """
-    if num_threads is not None and num_threads < 1:
-        raise NemotronError(f"num_threads={num_threads} must be at least 1")
+    """Run the block with the torch thread count `torch_threads` chooses; the previous count is restored."""
     previous = torch.get_num_threads()
-    chosen = num_threads or (1 if scale == "tiny" else previous)
+    chosen = torch_threads(scale, num_threads)
     torch.set_num_threads(chosen)
     try:
         yield chosen

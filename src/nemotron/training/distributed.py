@@ -115,6 +115,18 @@ def seed_everything(seed: int) -> None:
     torch.set_flush_denormal(True)
 
 
+def torch_threads(scale: str, num_threads: int | None = None) -> int:
+    """The torch thread count a step should use: `num_threads` if given, else 1 at tiny, else torch's.
+
+    A tiny model's matmuls take microseconds, so sharing them between threads costs more in hand-offs
+    than it gains, and on a busy machine a thread waiting for a descheduled sibling stalls every op
+    (benchmarks/bench_eval_threads.py). One thread also fixes the reduction order on any core count.
+    """
+    if num_threads is not None and num_threads < 1:
+        raise NemotronError(f"num_threads={num_threads} must be at least 1; pass e.g. --num-threads 1")
+    return num_threads or (1 if scale == "tiny" else torch.get_num_threads())
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     if value is None or value == "":

@@ -55,7 +55,14 @@ from nemotron.errors import NemotronError
 from nemotron.models.nano2 import build_config, build_model, count_parameters, describe_pattern
 from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
 from nemotron.training.checkpoint import check_same_architecture, latest_checkpoint, load_checkpoint, save_checkpoint
-from nemotron.training.distributed import all_reduce_mean, barrier, cleanup, seed_everything, setup_distributed
+from nemotron.training.distributed import (
+    all_reduce_mean,
+    barrier,
+    cleanup,
+    seed_everything,
+    setup_distributed,
+    torch_threads,
+)
 from nemotron.training.metrics import MetricsLog, TrainingProgress
 from nemotron.training.optim import build_optimizer, warmup_cosine
 from nemotron.training.run_folder import check_same_run, run_settings, save_model_folder
@@ -119,7 +126,7 @@ def main(config: Config) -> PretrainCheckpoint:
     # --- compute init ---
     info = setup_distributed()
     seed_everything(config.seed)
-    torch.set_num_threads(config.num_threads or (1 if config.scale == "tiny" else torch.get_num_threads()))
+    torch.set_num_threads(torch_threads(config.scale, config.num_threads))
     if not info.is_main:
         sys.stdout = open(os.devnull, "w")  # one artifact JSON on stdout per job, from rank 0
 

@@ -67,7 +67,14 @@ from nemotron.evaluation.inputs import load_upstream
 from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
 from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from nemotron.training.distributed import all_reduce_mean, barrier, cleanup, seed_everything, setup_distributed
+from nemotron.training.distributed import (
+    all_reduce_mean,
+    barrier,
+    cleanup,
+    seed_everything,
+    setup_distributed,
+    torch_threads,
+)
 from nemotron.training.metrics import MetricsLog, TrainingProgress
 from nemotron.training.optim import build_optimizer, warmup_cosine
 from nemotron.training.packed_batches import (
@@ -139,7 +146,7 @@ def main(config: Config) -> SFTCheckpoint:
     # --- compute init ---
     info = setup_distributed()
     seed_everything(config.seed)
-    torch.set_num_threads(config.num_threads or (1 if config.scale == "tiny" else torch.get_num_threads()))
+    torch.set_num_threads(torch_threads(config.scale, config.num_threads))
     if not info.is_main:
         sys.stdout = open(os.devnull, "w")  # one artifact JSON on stdout per job, from rank 0
 
