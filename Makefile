@@ -1,6 +1,7 @@
 # make setup  creates .venv and installs nemotron with everything its recipes and tests use
 # make demo   runs the nano2 recipe end to end at tiny scale (CPU, offline, minutes)
-# make test   runs the whole test suite (CPU, offline)
+# make test   runs the whole test suite (CPU, offline): what CI runs
+# make test-fast  the same without the tests marked slow (subprocesses, torchrun, whole recipes)
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast clean
 
 setup: $(STAMP)
 
@@ -29,6 +30,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs

@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from transformers.utils import logging as hf_logging
 
-from nemotron.evaluation.preference import completion_logprobs, dpo_loss, pair_logprobs
 from nemotron.models.nano2 import VOCAB_SIZES, build_config, build_model
+from nemotron.training.dpo import dpo_loss
+from nemotron.training.logprobs import completion_logprobs, pair_logprobs
 from nemotron.training.optim import build_optimizer
 
 BETA = 0.1

@@ -130,6 +130,7 @@ def test_scale_mismatch_is_refused(tmp_path):
         Dataset.load(path=tmp_path / "ds", scale="small")
 
 
+@pytest.mark.slow
 def test_save_killed_before_rename_leaves_no_metadata(tmp_path):
     """A real SIGKILL between writing the temp file and the rename: no metadata.json appears."""
     script = textwrap.dedent(f"""

@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.tokenizer import EOS_ID, load_tokenizer
-from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
+from nemotron.recipes.nano2.artifacts import PretrainDataset
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "custom_blend"
@@ -82,6 +82,7 @@ def custom_blend_run(tmp_path_factory):
     return out, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_custom_blend_command_makes_a_verified_dataset_from_both_sources(custom_blend_run):
     out, printed = custom_blend_run
     dataset = PretrainDataset.from_path(out)
@@ -101,6 +102,7 @@ def test_custom_blend_command_makes_a_verified_dataset_from_both_sources(custom_
     assert dataset.metrics["documents_curated"] == 36  # the README: all 36 documents are kept
 
 
+@pytest.mark.slow
 def test_custom_blend_draw_follows_the_weights_as_documented(custom_blend_run):
     out, _ = custom_blend_run
     dataset = PretrainDataset.from_path(out)
@@ -132,6 +134,7 @@ def test_custom_blend_draw_follows_the_weights_as_documented(custom_blend_run):
     assert len({doc["id"] for doc in train if doc["source"] == "notes"}) == notes["available"]
 
 
+@pytest.mark.slow
 def test_custom_blend_shards_hold_the_drawn_documents_with_eos(custom_blend_run):
     out, _ = custom_blend_run
     dataset = PretrainDataset.from_path(out)

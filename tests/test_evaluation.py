@@ -37,13 +37,9 @@ from nemotron.evaluation.multiple_choice import (
     loglikelihood,
     mc_accuracy,
 )
-from nemotron.evaluation.preference import (
-    completion_logprobs,
-    dpo_loss,
-    pair_logprobs,
-    preference_accuracy,
-    reward_metrics,
-)
+from nemotron.evaluation.preference import preference_accuracy
+from nemotron.training.dpo import dpo_loss, reward_metrics
+from nemotron.training.logprobs import completion_logprobs, pair_logprobs
 
 QA = [
     ("What is the capital of France?", "Paris"),
@@ -484,13 +480,13 @@ def test_dpo_loss_gradient_raises_chosen_and_lowers_rejected():
 
 def test_dpo_loss_rejects_bad_settings():
     t = torch.zeros(2)
-    with pytest.raises(NemotronError, match="beta=0"):
+    with pytest.raises(NemotronError, match="--beta 0 must be > 0"):
         dpo_loss(t, t, t, t, beta=0)
     with pytest.raises(NemotronError, match="needs 0 < label_smoothing < 0.5"):
         dpo_loss(t, t, t, t, beta=0.1, variant="conservative")
     with pytest.raises(NemotronError, match="only applies"):
         dpo_loss(t, t, t, t, beta=0.1, label_smoothing=0.1)
-    with pytest.raises(NemotronError, match="unknown DPO variant"):
+    with pytest.raises(NemotronError, match="unknown DPO --loss-variant"):
         dpo_loss(t, t, t, t, beta=0.1, variant="kto")
     with pytest.raises(NemotronError, match="one shape per pair"):
         dpo_loss(t, torch.zeros(3), t, t, beta=0.1)

@@ -29,6 +29,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, pattern: str) -> No
     assert pattern in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_three_step_shell_pipe_records_lineage_back_to_the_source(tmp_path):
     proc = sh(f"{COUNT} --scale tiny | {FIT} --scale tiny | {REPORT}", tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -52,6 +53,7 @@ def test_three_step_shell_pipe_records_lineage_back_to_the_source(tmp_path):
     assert verify.returncode == 1 and "word_counts: content digest differs" in verify.stderr
 
 
+@pytest.mark.slow
 def test_stage_main_matches_the_pipe_and_is_deterministic(tmp_path):
     a = json.loads(sh(f"{PYTHON} {HELLO} --output-dir a", tmp_path).stdout)
     b = json.loads(sh(f"{PYTHON} {HELLO} --output-dir b", tmp_path).stdout)
@@ -60,6 +62,7 @@ def test_stage_main_matches_the_pipe_and_is_deterministic(tmp_path):
         assert a[key]["digest"] == b[key]["digest"] == piped[key]["digest"]
 
 
+@pytest.mark.slow
 def test_file_tracker_ledger_lists_every_artifact_in_order_and_resolves_references(tmp_path):
     env = {"NEMOTRON_TRACKER": f"file:{tmp_path / 'ledger.jsonl'}"}
     assert sh(f"{COUNT} | {FIT} | {REPORT}", tmp_path, env=env).returncode == 0
@@ -76,12 +79,14 @@ def test_file_tracker_ledger_lists_every_artifact_in_order_and_resolves_referenc
     assert json.loads(proc.stdout)["unigrammodel"]["inputs"][0]["path"] == ledger[0]["path"]
 
 
+@pytest.mark.slow
 def test_garbage_and_empty_stdin(tmp_path):
     assert_one_line_error(sh(f"echo '{{oops' | {FIT}", tmp_path), "stdin is not artifact JSON")
     assert_one_line_error(sh(f"{FIT} < /dev/null", tmp_path), "stdin is empty")
     assert_one_line_error(sh(f"echo '[1, 2]' | {FIT}", tmp_path), "must be an object of artifacts")
 
 
+@pytest.mark.slow
 def test_stdin_from_a_terminal_with_no_path(tmp_path):
     leader, follower = pty.openpty()
     try:
@@ -95,6 +100,7 @@ def test_stdin_from_a_terminal_with_no_path(tmp_path):
     assert_one_line_error(proc, "stdin is a terminal")
 
 
+@pytest.mark.slow
 def test_wrong_type_on_stdin_and_unknown_scale(tmp_path):
     assert sh(f"{COUNT} | {FIT}", tmp_path).returncode == 0
     counts = tmp_path / "runs/hello/word_counts"
@@ -111,6 +117,7 @@ def test_wrong_type_on_stdin_and_unknown_scale(tmp_path):
     (lambda m: m.update(schema_version=99), "newer than this nemotron understands"),
     (lambda m: m.update(counts_path="/nonexistent/counts.json"), "which does not exist"),
 ])
+@pytest.mark.slow
 def test_bad_artifact_on_disk_is_one_line(tmp_path, edit, pattern):
     assert sh(f"{COUNT}", tmp_path).returncode == 0
     meta_path = tmp_path / "runs/hello/word_counts/metadata.json"

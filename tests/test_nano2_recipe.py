@@ -23,6 +23,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+pytestmark = pytest.mark.slow  # every test here reads one whole-recipe run
+
 STAGES = {
     "stage0_pretrain": ("pretraindataset", "pretraincheckpoint", "pretrainresults"),
     "stage1_sft": ("sftdataset", "sftcheckpoint", "sftresults"),

@@ -26,11 +26,8 @@ from nemotron.data_prep.sources import (
     write_jsonl,
 )
 from nemotron.data_prep.tokenizer import EOS_ID, SPECIAL_TOKENS, load_tokenizer
-from nemotron.recipes.nano2.stage0_pretrain.data_curation import (
-    Config,
-    PretrainDataset,
-    main,
-)
+from nemotron.recipes.nano2.artifacts import PretrainDataset
+from nemotron.recipes.nano2.stage0_pretrain.data_curation import Config, main
 
 STEP = "nemotron.recipes.nano2.stage0_pretrain.data_curation"
 PLAYS = {"hamlet", "macbeth", "tempest", "comedy_of_errors"}
@@ -112,6 +109,7 @@ def test_tokenizer_has_special_tokens_chat_template_and_requested_vocab(dataset)
     assert dataset.vocab_size == len(tokenizer) == 1024
 
 
+@pytest.mark.slow
 def test_artifact_reloads_and_lineage_reaches_the_raw_source(dataset, blend_dir):
     loaded = PretrainDataset.from_path(dataset.path)
     assert loaded.digest == dataset.digest == loaded.compute_digest()
@@ -140,6 +138,7 @@ def test_rerun_reuses_curation_and_tokenizer_and_redoes_only_a_damaged_shard(dat
     assert rerun.digest == dataset.digest
 
 
+@pytest.mark.slow
 def test_bad_inputs_fail_with_one_line_and_exit_2(blend_dir, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "empty.json").write_text(json.dumps({"sources": [{"path": "empty.jsonl"}], "split": [0.9, 0.1, 0]}))
@@ -176,6 +175,7 @@ def test_write_jsonl_round_trips_and_cap_documents_is_a_stable_seeded_subset(tmp
     assert cap_documents(docs, 50, seed=0) == (docs, 0)
 
 
+@pytest.mark.slow
 def test_default_tiny_run_curates_all_of_shakespeare(tmp_path):
     result = _cli("--scale", "tiny", "--output-dir", "data", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

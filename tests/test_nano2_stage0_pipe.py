@@ -5,12 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from nemotron.data_prep.sources import read_shakespeare
 
 STAGE = "nemotron.recipes.nano2.stage0_pretrain"
 PLAYS = {"hamlet", "macbeth"}
 
 
+@pytest.mark.slow
 def test_three_steps_pipe_through_a_shell_and_keep_lineage(tmp_path):
     scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in PLAYS]
     (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))

@@ -30,10 +30,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.sources import read_shakespeare
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.recipes.nano2.stage0_pretrain import data_curation
-from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
 from nemotron.recipes.nano2.stage0_pretrain.evaluation import heldout_loss_of_model_dir
-from nemotron.recipes.nano2.stage0_pretrain.training import Config, PretrainCheckpoint, main
+from nemotron.recipes.nano2.stage0_pretrain.training import Config, main
 from nemotron.training.metrics import read_metrics
 
 STEP = "nemotron.recipes.nano2.stage0_pretrain.training"
@@ -82,6 +83,7 @@ def _same_weights(a: Path, b: Path) -> bool:
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_ends_with_the_weights_and_loss_of_an_uninterrupted_run(dataset, trained, tmp_path):
     out = tmp_path / "killed"
     command = _command(out, "--dataset-path", str(dataset.path))
@@ -162,6 +164,7 @@ def _copy_dataset(dataset: PretrainDataset, folder: Path) -> PretrainDataset:
     return PretrainDataset.from_path(folder)
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_path):
     missing = _copy_dataset(dataset, tmp_path / "missing")
     Path(f"{missing.train_prefixes[1]}.bin").unlink()
@@ -175,7 +178,7 @@ def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_pat
         "missing": (missing.path, (), re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
         "truncated": (truncated.path, (), re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
         "other_shape": (dataset.path, (), r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
-        "seq_len": (dataset.path, ("--seq-len=1025",), r"seq_len=1025 is longer .* \(max_position_embeddings=1024\)"),
+        "seq_len": (dataset.path, ("--seq-len=1025",), r"sequences of 1025 tokens exceed the model.s max_position_embeddings=1024; lower --seq-len"),
     }
     # Four processes at once: each spends most of its time importing torch and transformers.
     running = {
@@ -202,6 +205,7 @@ def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_pat
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(dataset, tmp_path):
     few = {**FEW, "steps": 4, "checkpoint_every": 2, "eval_every": 2}
     one = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "one", **few))
@@ -230,3 +234,17 @@ def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(
     # (measured: 4e-5 on one embedding entry, < 1e-6 elsewhere). A wrong step moves weights by ~lr=3e-3.
     first, second = load_file(one.model_dir / "model.safetensors"), load_file(two.model_dir / "model.safetensors")
     assert max((first[name] - second[name]).abs().max().item() for name in first) < 3e-4
+
+
+def test_full_scale_and_models_too_large_for_this_machine_are_refused_before_any_work(dataset, tmp_path):
+    # The published 8.89B shape is Megatron-Bridge's job on a GPU cluster, never this loop's.
+    full = _copy_dataset(dataset, tmp_path / "full")
+    metadata = full.path / "metadata.json"
+    metadata.write_text(metadata.read_text().replace('"scale": "tiny"', '"scale": "full"'))
+    with pytest.raises(NemotronError, match=r"--scale full is the published \d+\.\d\dB-parameter model .* Megatron-Bridge"):
+        main(Config(dataset_path=full.path, output_dir=tmp_path / "out_full", scale="full"))
+    # Any other model whose weights, gradients and AdamW state exceed this machine's memory, likewise.
+    huge = ("hidden_size=16384", "intermediate_size=65536", "hybrid_override_pattern=" + "-" * 40)
+    with pytest.raises(NemotronError, match=r"GiB but this process may use .* Megatron-Bridge"):
+        main(Config(dataset_path=dataset.path, output_dir=tmp_path / "out_huge", model_overrides=huge, **FEW))
+    assert not (tmp_path / "out_full").exists() and not (tmp_path / "out_huge").exists()

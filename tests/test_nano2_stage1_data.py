@@ -13,17 +13,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders import make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.splits import split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
-from nemotron.recipes.nano2.stage1_sft.data_curation import Config, SFTDataset, main
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTDataset
+from nemotron.recipes.nano2.stage1_sft.data_curation import Config, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,60 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 # ---------------------------------------------------------------------------------------------------
 
 
-def _tokenizer_texts() -> list[str]:
-    from nemotron.data_prep.sources import read_chatterbot
-
-    conversations, _ = read_chatterbot()
-    return ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
-
-
-def _save_tokenizer_without_chat_tokens(folder: Path) -> None:
-    """A byte-level BPE with pad/bos/eos but no <|im_start|>/<|im_end|>: a plain pretraining tokenizer."""
-    from tokenizers import pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from nemotron.data_prep.tokenizer import build_bpe_tokenizer
-
-    tokenizer = build_bpe_tokenizer()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<pad>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_tokenizer_texts(), trainer=trainer)
-    PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-        chat_template=NANO2_CHAT_TEMPLATE,
-    ).save_pretrained(str(folder))
-
-
-def make_checkpoint(
-    root: Path, scale: str = "tiny", chat_tokens: bool = True, chat_template: bool = True
-) -> PretrainCheckpoint:
-    """A PretrainCheckpoint whose model_dir holds a real tokenizer and a real (untrained) nano2 model."""
-    from nemotron.data_prep.tokenizer import train_tokenizer
-    from nemotron.models.nano2 import build_config, build_model
-
-    model_dir = root / "model"
-    if chat_tokens:
-        train_tokenizer(
-            _tokenizer_texts(), 1024, model_dir, chat_template=NANO2_CHAT_TEMPLATE if chat_template else None
-        )
-    else:
-        _save_tokenizer_without_chat_tokens(model_dir)
-    vocab_size = len(load_tokenizer(model_dir))
-    build_model(build_config("tiny", vocab_size), seed=0).save_pretrained(str(model_dir))
-    (root / "metrics.jsonl").write_text('{"loss": 6.0, "step": 1}\n')
-    return PretrainCheckpoint(
-        path=root, scale=scale, model_dir=model_dir, metrics_path=root / "metrics.jsonl",
-        training_loss=6.0, validation_loss=None, steps=1,
-    ).save()
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> PretrainCheckpoint:
-    return make_checkpoint(tmp_path_factory.mktemp("stage0"))
+    return make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +149,7 @@ def test_extra_pools_in_openai_and_sharegpt_format(checkpoint, tmp_path):
 
 
 def test_refuses_a_tokenizer_without_chat_tokens(tmp_path):
-    bad = make_checkpoint(tmp_path / "plain", chat_tokens=False)
+    bad = make_pretrain_checkpoint(tmp_path / "plain", chat_tokens=False)
     with pytest.raises(NemotronError, match=r"no chat special token.*train_tokenizer") as error:
         main(Config(checkpoint_path=bad.path, output_dir=tmp_path / "out"))
     assert str(bad.model_dir) in str(error.value) and "\n" not in str(error.value)
@@ -208,7 +157,7 @@ def test_refuses_a_tokenizer_without_chat_tokens(tmp_path):
 
 
 def test_refuses_a_tokenizer_without_the_chat_template(tmp_path):
-    bad = make_checkpoint(tmp_path / "untemplated", chat_template=False)
+    bad = make_pretrain_checkpoint(tmp_path / "untemplated", chat_template=False)
     with pytest.raises(NemotronError, match=r"no chat template.*NANO2_CHAT_TEMPLATE"):
         main(Config(checkpoint_path=bad.path, output_dir=tmp_path / "out"))
 
@@ -219,7 +168,7 @@ def test_refuses_a_checkpoint_of_another_scale(checkpoint, tmp_path):
 
 
 def test_refuses_rows_longer_than_the_model_context(checkpoint, tmp_path):
-    with pytest.raises(NemotronError, match=r"exceeds the model's max_position_embeddings"):
+    with pytest.raises(NemotronError, match=r"exceed the model's max_position_embeddings=1024; pass --pack-size 1024 or smaller"):
         main(Config(checkpoint_path=checkpoint.path, pack_size=100_000, output_dir=tmp_path / "out"))
 
 
@@ -239,6 +188,7 @@ def test_too_few_conversations_for_a_split_is_an_error(checkpoint, tmp_path):
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pipe_from_stage0_through_stage1_into_stage2(checkpoint, tmp_path):
     stdin = json.dumps({checkpoint.type: json.loads(checkpoint.model_dump_json())})
     python = sys.executable

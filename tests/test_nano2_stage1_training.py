@@ -23,7 +23,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from safetensors.torch import load_file
-from test_nano2_stage1_data import _tokenizer_texts, make_checkpoint  # tests/ is on sys.path under pytest
+from builders import chatterbot_texts, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation
@@ -31,9 +31,9 @@ from nemotron.data_prep.packing import PackingConfig, pack_conversations, read_p
 from nemotron.data_prep.tokenizer import IM_END_ID, IM_START_ID, PAD_ID, load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.models.nano2 import build_config, build_model
-from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint
 from nemotron.recipes.nano2.stage1_sft import data_curation
-from nemotron.recipes.nano2.stage1_sft.training import Config, SFTCheckpoint, main
+from nemotron.recipes.nano2.stage1_sft.training import Config, main
 from nemotron.training.metrics import read_metrics
 from nemotron.training.packed_batches import (
     collate_packed,
@@ -48,7 +48,7 @@ FEW = {"steps": 6, "checkpoint_every": 2, "eval_every": 3, "micro_batch_size": 2
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> PretrainCheckpoint:
-    return make_checkpoint(tmp_path_factory.mktemp("stage0"))
+    return make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +179,7 @@ def _command(out: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", STEP, "--output-dir", str(out), *few, *flags]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_in_a_pipe_ends_with_the_same_weights_and_loss(trained, dataset, base, tmp_path):
     out = tmp_path / "killed"
     process = subprocess.Popen(
@@ -215,6 +216,7 @@ def test_resume_after_sigkill_in_a_pipe_ends_with_the_same_weights_and_loss(trai
     assert resumed.digest == trained.digest
 
 
+@pytest.mark.slow
 def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(dataset, tmp_path):
     one = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "one", steps=2, micro_batch_size=2,
                       grad_accum_steps=2, eval_every=2))
@@ -240,7 +242,7 @@ def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(
 
 def _checkpoint_with_tokenizer(root: Path, vocab_size: int) -> PretrainCheckpoint:
     model_dir = root / "model"
-    train_tokenizer(_tokenizer_texts(), vocab_size, model_dir, chat_template=NANO2_CHAT_TEMPLATE)
+    train_tokenizer(chatterbot_texts(), vocab_size, model_dir, chat_template=NANO2_CHAT_TEMPLATE)
     build_model(build_config("tiny", len(load_tokenizer(model_dir))), seed=0).save_pretrained(model_dir)
     (root / "metrics.jsonl").write_text('{"step": 1, "loss": 6.0}\n')
     return PretrainCheckpoint(path=root, model_dir=model_dir, metrics_path=root / "metrics.jsonl",
@@ -248,7 +250,7 @@ def _checkpoint_with_tokenizer(root: Path, vocab_size: int) -> PretrainCheckpoin
 
 
 def test_refuses_a_checkpoint_without_chat_tokens(dataset, tmp_path):
-    plain = make_checkpoint(tmp_path / "plain", chat_tokens=False)
+    plain = make_pretrain_checkpoint(tmp_path / "plain", chat_tokens=False)
     config = Config(dataset_path=dataset.path, checkpoint_path=plain.path, output_dir=tmp_path / "out")
     with pytest.raises(NemotronError, match=r"no chat special token\(s\) <\|im_start\|>, <\|im_end\|>"):
         main(config)

@@ -10,7 +10,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from test_nano2_stage1_data import make_checkpoint  # tests/ is on sys.path under pytest
+from builders import make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 
 from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.dedup import normalize
@@ -21,17 +21,14 @@ from nemotron.data_prep.preference import (
     truncate_words,
 )
 from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.artifacts import PreferenceDataset
 from nemotron.recipes.nano2.stage1_sft import data_curation as stage1
-from nemotron.recipes.nano2.stage2_alignment.data_curation import (
-    Config,
-    PreferenceDataset,
-    main,
-)
+from nemotron.recipes.nano2.stage2_alignment.data_curation import Config, main
 
 
 @pytest.fixture(scope="module")
 def sft(tmp_path_factory) -> stage1.SFTDataset:
-    checkpoint = make_checkpoint(tmp_path_factory.mktemp("stage0"))
+    checkpoint = make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
     return stage1.main(stage1.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path_factory.mktemp("sft")))
 
 
@@ -126,3 +123,30 @@ def test_lineage_records_the_sft_dataset(sft, pairs):
     assert [(ref.type, ref.digest) for ref in pairs.inputs] == [("sftdataset", sft.digest)]
     assert pairs.tokenizer_dir == sft.tokenizer_dir
     assert PreferenceDataset.load(path=pairs.path, scale="tiny").digest == pairs.digest
+
+
+def test_training_pairs_are_tokenized_length_filtered_and_split_for_dpo(sft, pairs, tmp_path):
+    """Curation prepares exactly what DPO training consumes: no tokenizer work is left for training."""
+    from nemotron.data_prep.preference import read_tokenized_pairs, tokenize_pairs
+    from nemotron.data_prep.tokenizer import load_tokenizer
+
+    train, valid = read_pairs(pairs.train_pairs), read_jsonl_records(pairs.valid_pairs)
+    train_tokens, valid_tokens = read_tokenized_pairs(pairs.train_tokens), read_tokenized_pairs(pairs.valid_tokens)
+    assert len(train) == len(train_tokens[0]) == pairs.num_train_pairs
+    assert len(valid) == len(valid_tokens[0]) == pairs.num_valid_pairs == round(0.05 * (len(train) + len(valid)))
+    # The tokens are the text pairs, line for line, in the nano2 chat format of the SFT tokenizer.
+    assert tuple(map(list, tokenize_pairs(load_tokenizer(sft.tokenizer_dir), train))) == train_tokens
+    # Every pair fits max_length (prompt + longer answer); the others were counted, not cut.
+    assert pairs.max_length == 128
+    assert all(len(p) + max(len(c), len(r)) <= 128 for p, c, r in zip(*train_tokens))
+    skipped = pairs.metrics["pairs_skipped_too_long"]
+    assert skipped > 0
+    # Validation pairs are never trained on.
+    assert not {p["id"] for p in train} & {p["id"] for p in valid}
+    shorter = main(Config(dataset_path=sft.path, output_dir=tmp_path / "short", max_length=64, validation_share=0))
+    assert shorter.num_valid_pairs == 0 and shorter.num_train_pairs < pairs.num_train_pairs
+    assert shorter.metrics["pairs_skipped_too_long"] > skipped
+
+
+def read_jsonl_records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -23,6 +23,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -30,21 +31,26 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from nemotron.cli import run
 from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.conversations import chatterbot_pool, dedup_conversations, filter_conversations
-from nemotron.data_prep.preference import build_pairs, read_pairs, write_pairs
+from nemotron.data_prep.preference import (
+    build_pairs,
+    read_pairs,
+    read_tokenized_pairs,
+    split_pairs,
+    tokenize_pairs,
+    write_pairs,
+    write_tokenized_pairs,
+)
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
-from nemotron.evaluation.chat import tokenize_pairs
-from nemotron.evaluation.preference import pair_logprobs, preference_accuracy, reward_metrics
+from nemotron.evaluation.preference import preference_accuracy
 from nemotron.models.nano2 import build_config, build_model
-from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
-from nemotron.recipes.nano2.stage2_alignment.data_curation import PreferenceDataset
-from nemotron.recipes.nano2.stage2_alignment.training import REFERENCE_LOGPS, STEP_METRICS, Config, DPOCheckpoint, main
+from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
+from nemotron.recipes.nano2.stage2_alignment.training import REFERENCE_LOGPS, Config, main
+from nemotron.training.dpo import STEP_METRICS, reward_metrics
+from nemotron.training.logprobs import pair_logprobs
 
 VOCAB = 512
 TRAIN_PAIRS, TEST_PAIRS = 160, 60
-# The nano2 tiny shape, narrowed so a test trains it in seconds.
-SMALL_MODEL = dict(hidden_size=48, intermediate_size=96, mamba_num_heads=2, mamba_head_dim=48, head_dim=24,
-                   num_attention_heads=2, num_key_value_heads=1, ssm_state_size=8, chunk_size=32)
 STEP = "nemotron.recipes.nano2.stage2_alignment.training"
 
 
@@ -72,13 +78,24 @@ def save_sft_checkpoint(out: Path, tokenizer, scale: str = "tiny", seed: int = 0
     ).save()
 
 
+MAX_LENGTH, VALIDATION_SHARE = 96, 0.1
+
+
 def save_preference_dataset(out: Path, tokenizer_dir: Path, train: list, test: list) -> PreferenceDataset:
+    """What stage-2 data curation leaves: text pairs, and the train pairs tokenized, filtered and split."""
     out.mkdir(parents=True, exist_ok=True)
-    write_pairs(train, out / "train_pairs.jsonl")
+    tokens = tokenize_pairs(load_tokenizer(tokenizer_dir), train)
+    train_ids, valid_ids = split_pairs(tokens, MAX_LENGTH, VALIDATION_SHARE, seed=0)
+    write_pairs([train[i] for i in train_ids], out / "train_pairs.jsonl")
+    write_pairs([train[i] for i in valid_ids], out / "valid_pairs.jsonl")
     write_pairs(test, out / "test_pairs.jsonl")
+    write_tokenized_pairs(train, tokens, train_ids, out / "train_tokens.jsonl")
+    write_tokenized_pairs(train, tokens, valid_ids, out / "valid_tokens.jsonl")
     return PreferenceDataset(
         path=out, config={"scale": "tiny"}, tokenizer_dir=tokenizer_dir, train_pairs=out / "train_pairs.jsonl",
-        test_pairs=out / "test_pairs.jsonl", num_train_pairs=len(train), num_test_pairs=len(test),
+        valid_pairs=out / "valid_pairs.jsonl", test_pairs=out / "test_pairs.jsonl",
+        train_tokens=out / "train_tokens.jsonl", valid_tokens=out / "valid_tokens.jsonl", max_length=MAX_LENGTH,
+        num_train_pairs=len(train_ids), num_valid_pairs=len(valid_ids), num_test_pairs=len(test),
     ).save()
 
 
@@ -99,7 +116,7 @@ def inputs(tmp_path_factory):
 
 def config(inputs, out: Path, **changes) -> Config:
     dataset, sft = inputs
-    quick = dict(steps=6, micro_batch_size=4, max_length=96, eval_every=3, checkpoint_every=3, validation_share=0.1)
+    quick = dict(steps=6, micro_batch_size=4, eval_every=3, checkpoint_every=3)
     return replace(Config(dataset_path=dataset.path, checkpoint_path=sft.path, output_dir=out, **quick), **changes)
 
 
@@ -107,8 +124,7 @@ def cli(config: Config) -> list[str]:
     """The command line of `config`, for running the step as a user would."""
     flags = {"dataset-path": config.dataset_path, "checkpoint-path": config.checkpoint_path,
              "output-dir": config.output_dir, "steps": config.steps, "micro-batch-size": config.micro_batch_size,
-             "max-length": config.max_length, "eval-every": config.eval_every,
-             "checkpoint-every": config.checkpoint_every, "validation-share": config.validation_share}
+             "eval-every": config.eval_every, "checkpoint-every": config.checkpoint_every}
     return [sys.executable, "-m", STEP, *(f"--{k}={v}" for k, v in flags.items())]
 
 
@@ -145,8 +161,9 @@ def test_dpo_writes_a_self_contained_model_metrics_and_lineage(inputs, trained):
         assert "seconds" not in json.dumps(record) and "tokens_per_second" not in record  # no wall-clock in files
     assert [r["step"] for r in records if "val_loss" in r] == [3, 6]
     assert trained.validation_loss == records[-1]["val_loss"]
-    held_out = trained.metrics["validation_pairs"]
-    assert held_out == round(0.1 * (trained.metrics["train_pairs"] + held_out)) > 0
+    dataset, _ = inputs
+    assert trained.metrics["validation_pairs"] == dataset.num_valid_pairs > 0
+    assert trained.metrics["train_pairs"] == dataset.num_train_pairs
     # Step 1: the policy IS the reference, so h = 0, the loss is log 2 and no reward is earned yet.
     assert records[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
     assert records[0]["reward_margin"] == pytest.approx(0.0, abs=1e-4)
@@ -156,17 +173,13 @@ def test_dpo_writes_a_self_contained_model_metrics_and_lineage(inputs, trained):
 def test_reference_logprobs_are_the_sft_models_and_stored_with_the_run(inputs, trained):
     dataset, sft = inputs
     stored = torch.load(trained.path / REFERENCE_LOGPS, weights_only=True)
-    tokenizer = load_tokenizer(dataset.tokenizer_dir)
-    prompts, chosen, rejected = tokenize_pairs(tokenizer, read_pairs(dataset.train_pairs))
     reference = AutoModelForCausalLM.from_pretrained(sft.model_dir)
-    expected_chosen, expected_rejected = pair_logprobs(reference, prompts, chosen, rejected)
-    # Every pair that fits in max_length (96) was scored once before training; the others are NaN.
-    fits = torch.tensor([len(p) + max(len(c), len(r)) <= 96 for p, c, r in zip(prompts, chosen, rejected)])
-    assert torch.equal(~stored["chosen"].isnan(), fits) and torch.equal(~stored["rejected"].isnan(), fits)
-    assert int(fits.sum()) == trained.metrics["train_pairs"] + trained.metrics["validation_pairs"]
-    assert 0 < trained.metrics["pairs_skipped_too_long"] == int((~fits).sum())
-    assert torch.allclose(stored["chosen"][fits], expected_chosen[fits], atol=1e-4)
-    assert torch.allclose(stored["rejected"][fits], expected_rejected[fits], atol=1e-4)
+    # Every train and validation pair was scored once, before training, by the frozen SFT model.
+    for split, tokens_path in (("train", dataset.train_tokens), ("valid", dataset.valid_tokens)):
+        expected_chosen, expected_rejected = pair_logprobs(reference, *read_tokenized_pairs(tokens_path))
+        chosen, rejected = stored["logps"][split]
+        assert torch.allclose(chosen, expected_chosen, atol=1e-4)
+        assert torch.allclose(rejected, expected_rejected, atol=1e-4)
 
 
 def test_same_config_and_seed_give_the_same_model_and_digest(inputs, trained, tmp_path):
@@ -218,6 +231,7 @@ def test_both_inputs_can_come_from_stdin(inputs, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights_and_loss(inputs, trained, tmp_path):
     run_config = config(inputs, tmp_path / "killed", checkpoint_every=2)
     first_checkpoint = run_config.output_dir / "checkpoints" / "step_000002"
@@ -248,6 +262,7 @@ def test_killed_run_resumes_to_the_same_weights_and_loss(inputs, trained, tmp_pa
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_ddp_processes_train_like_one_process_with_the_whole_batch(inputs, tmp_path):
     one = main(config(inputs, tmp_path / "one", steps=2, micro_batch_size=4, eval_every=2, checkpoint_every=2))
     two = config(inputs, tmp_path / "two", steps=2, micro_batch_size=2, eval_every=2, checkpoint_every=2)
@@ -267,27 +282,13 @@ def test_two_ddp_processes_train_like_one_process_with_the_whole_batch(inputs, t
 # --------------------------------------------------------------------------------------------------
 
 
-def test_an_empty_rejected_answer_is_one_error_line_from_the_cli(inputs, tmp_path, capsys):
-    dataset, _ = inputs
-    pairs = [json.loads(line) for line in dataset.train_pairs.read_text().splitlines()]
-    pairs[4]["rejected"] = "  "
-    bad = tmp_path / "bad_pairs"
-    bad.mkdir()
-    (bad / "train_pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    (bad / "test_pairs.jsonl").write_text(dataset.test_pairs.read_text())
-    bad_dataset = PreferenceDataset(
-        path=bad, config={}, tokenizer_dir=dataset.tokenizer_dir, train_pairs=bad / "train_pairs.jsonl",
-        test_pairs=bad / "test_pairs.jsonl", num_train_pairs=len(pairs), num_test_pairs=dataset.num_test_pairs,
-    ).save()
-    run_config = config(inputs, tmp_path / "out", dataset_path=bad_dataset.path)
+def test_a_refusal_is_one_error_line_from_the_cli(inputs, tmp_path, capsys):
+    run_config = config(inputs, tmp_path / "out", beta=-1.0)
     with pytest.raises(SystemExit) as exit_status:
-        run(main, cli(run_config)[3:])  # the step's command line, in-process
+        run(main, [*cli(run_config)[3:], "--beta=-1"])  # the step's command line, in-process
     stdout, stderr = capsys.readouterr()
     assert exit_status.value.code == 2 and stdout == ""
-    assert stderr.strip().splitlines()[-1] == (
-        f"error: {bad / 'train_pairs.jsonl'}:5: empty or missing 'rejected' answer; every pair needs a "
-        "non-empty chosen and rejected answer"
-    )
+    assert stderr.strip().splitlines()[-1] == "error: --beta -1.0 must be > 0 (it scales the implicit reward; 0.1 is the usual start)"
     assert not run_config.output_dir.exists()
 
 
@@ -313,10 +314,10 @@ def test_a_checkpoint_with_another_tokenizer_is_refused(inputs, tmp_path):
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(label_smoothing=0.1), "only applies to variant='conservative'"),
+        (dict(label_smoothing=0.1), "only applies to --loss-variant 'conservative'"),
         (dict(loss_variant="conservative"), "needs 0 < label_smoothing < 0.5"),
         (dict(beta=0.0), "must be > 0"),
-        (dict(max_length=8), "fewer than one global batch"),
+        (dict(micro_batch_size=1000), "fewer than one global batch"),
     ],
 )
 def test_settings_dpo_does_not_define_are_refused_before_training(inputs, tmp_path, changes, message):

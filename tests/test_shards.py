@@ -82,6 +82,7 @@ def test_run_hash_follows_inputs_and_parameters(corpus, tmp_path):
     assert len(plan_run(tiny, corpus["tokenizer"], tmp_path, num_shards=10).shards) == 2
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_bytes_as_an_uninterrupted_run(corpus, tmp_path):
     num_shards = 24
     reference = run_shards(plan_run(corpus["full"], corpus["tokenizer"], tmp_path / "a", num_shards),

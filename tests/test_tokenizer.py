@@ -64,6 +64,7 @@ def test_decode_of_encode_is_exact(tokenizer_dir, text):
     assert EOS_ID not in ids or "</s>" in text
 
 
+@pytest.mark.slow
 def test_training_is_byte_identical_across_processes(tokenizer_dir, tmp_path):
     # A fresh interpreter has fresh hash seeds, which is where nondeterminism would show up.
     script = (

@@ -17,7 +17,7 @@ from nemotron.data_prep.indexed import IndexedWriter
 from nemotron.errors import NemotronError
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from nemotron.training.distributed import all_reduce_mean, seed_everything, setup_distributed
+from nemotron.training.compute import all_reduce_mean, seed_everything, setup_distributed
 from nemotron.training.metrics import MetricsLog, read_metrics
 from nemotron.training.optim import build_optimizer, warmup_cosine
 from nemotron.training.windows import TokenWindows
@@ -296,7 +296,7 @@ def test_plain_python_is_a_single_process_without_a_group(monkeypatch):
 WORKER = """
 from pathlib import Path
 import torch
-from nemotron.training.distributed import all_reduce_mean, cleanup, setup_distributed
+from nemotron.training.compute import all_reduce_mean, cleanup, setup_distributed
 info = setup_distributed()
 mean = all_reduce_mean(torch.tensor([float(info.rank), 10.0]))
 # One file per rank: two processes printing to one pipe can interleave their lines.
@@ -306,6 +306,7 @@ cleanup()
 """
 
 
+@pytest.mark.slow
 def test_two_processes_under_torchrun_average_with_gloo(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

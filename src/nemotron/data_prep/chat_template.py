@@ -32,12 +32,13 @@ boundary or an end-of-sequence. For ordinary text the result is identical to `ap
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any, Literal
 
 from nemotron.data_prep.tokenizer import IM_END_TOKEN, IM_START_TOKEN
 from nemotron.errors import NemotronError
+
+if TYPE_CHECKING:  # transformers takes a second to import; data curation must not need it to start
+    from transformers import PreTrainedTokenizerBase
 
 CHAT_ROLES = ("system", "user", "assistant")
 LossOn = Literal["assistant", "all"]

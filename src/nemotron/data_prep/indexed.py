@@ -276,6 +276,10 @@ class IndexedReader:
     def num_documents(self) -> int:
         return len(self.document_indices) - 1
 
+    def max_token_id(self) -> int:
+        """The largest token id in the shard (-1 if it is empty): one vectorised pass over the memmap."""
+        return int(self._tokens.max()) if self.num_tokens else -1
+
     def _check_index(self) -> None:
         lengths, documents = self.sequence_lengths, self.document_indices
         problems = [

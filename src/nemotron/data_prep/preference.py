@@ -24,6 +24,11 @@ chosen one (compared after normalizing case and spacing).
 `read_pairs(path)` reads any preference JSONL (ours, or a user's in the same shape; TRL's
 conversational shape with message lists for prompt/chosen/rejected is accepted too) and refuses a
 record with an empty chosen or rejected answer, naming the file and line.
+
+What DPO trains on is the pairs tokenized in the nano2 chat format: `tokenize_pairs` (prompt ids
+ending in the generation prompt, each answer ending in `<|im_end|>`), `split_pairs` (drop pairs longer
+than a maximum length, counted; hold out a seeded validation slice) and `write_tokenized_pairs` /
+`read_tokenized_pairs` (JSONL of id lists). Data curation does all of it, so training only consumes.
 """
 
 from __future__ import annotations
@@ -36,9 +41,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nemotron.data_prep.chat_template import CHAT_ROLES
+import numpy as np
+
+from nemotron.data_prep.chat_template import CHAT_ROLES, tokenize_prompt
 from nemotron.data_prep.conversations import Conversation, question_key
 from nemotron.data_prep.dedup import normalize
+from nemotron.data_prep.tokenizer import IM_END_ID
 from nemotron.data_prep.transforms import JsonlCounts, write_jsonl
 from nemotron.errors import NemotronError
 
@@ -210,3 +218,69 @@ def _answer_text(answer: Any, name: str, where: str) -> str:
             f"{where}: empty or missing {name!r} answer; every pair needs a non-empty chosen and rejected answer"
         )
     return answer
+
+
+# ---- tokenized pairs: what DPO trains on -----------------------------------------------------------
+
+
+def answer_ids(tokenizer, answer: str) -> list[int]:
+    """An assistant answer as SFT trained on it: its text (special-token strings not matched) + `<|im_end|>`."""
+    ids = tokenizer(answer, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return [*ids, IM_END_ID]
+
+
+def tokenize_pairs(tokenizer, pairs: Sequence[dict]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """(prompt ids, chosen ids, rejected ids) of preference pairs `{"prompt": messages, "chosen", "rejected"}`.
+
+    The prompt ends in the generation prompt and each answer ends in `<|im_end|>`: scoring a pair is
+    then scoring two assistant turns exactly as SFT and DPO train them.
+    """
+    prompts = [tokenize_prompt(tokenizer, pair["prompt"]) for pair in pairs]
+    chosen = [answer_ids(tokenizer, pair["chosen"]) for pair in pairs]
+    rejected = [answer_ids(tokenizer, pair["rejected"]) for pair in pairs]
+    return prompts, chosen, rejected
+
+
+TokenizedPairs = tuple[list[list[int]], list[list[int]], list[list[int]]]  # (prompts, chosen, rejected)
+
+
+def split_pairs(
+    tokens: TokenizedPairs, max_length: int, validation_share: float, seed: int
+) -> tuple[list[int], list[int]]:
+    """(train indices, validation indices) of the pairs that fit in `max_length` tokens.
+
+    A pair's length is its prompt plus the longer answer. Pairs that do not fit are left out (the
+    caller counts them), never cut: cutting a chosen answer can make it look like a "truncated"
+    rejected one. The validation slice is a seeded permutation of the fitting pairs.
+    """
+    if not 0 <= validation_share < 1:
+        raise NemotronError(f"--validation-share {validation_share} must be in [0, 1); 0.05 holds out 5%")
+    lengths = [len(p) + max(len(c), len(r)) for p, c, r in zip(*tokens)]
+    fitting = [i for i, length in enumerate(lengths) if length <= max_length]
+    order = np.random.default_rng(seed).permutation(len(fitting))
+    held_out = round(validation_share * len(fitting))
+    return sorted(fitting[i] for i in order[held_out:]), sorted(fitting[i] for i in order[:held_out])
+
+
+def write_tokenized_pairs(pairs: list[Pair], tokens: TokenizedPairs, ids: list[int], path: Path) -> JsonlCounts:
+    """Write pairs `ids` as `{"id", "prompt_ids", "chosen_ids", "rejected_ids"}` JSONL, atomically."""
+    prompts, chosen, rejected = tokens
+    records = ({"id": pairs[i]["id"], "prompt_ids": prompts[i], "chosen_ids": chosen[i], "rejected_ids": rejected[i]}
+               for i in ids)
+    return write_jsonl(records, path)
+
+
+def read_tokenized_pairs(path: Path | str) -> TokenizedPairs:
+    """(prompts, chosen, rejected) token id lists from a tokenized-pairs JSONL file."""
+    prompts, chosen, rejected = [], [], []
+    with Path(path).open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                record = json.loads(raw)
+                prompts.append(record["prompt_ids"])
+                chosen.append(record["chosen_ids"])
+                rejected.append(record["rejected_ids"])
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                raise NemotronError(f"{path}:{number}: not a tokenized pair ({error}); re-run stage-2 data "
+                                    "curation") from None
+    return prompts, chosen, rejected

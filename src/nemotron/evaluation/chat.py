@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from nemotron.data_prep.chat_template import tokenize_conversation, tokenize_prompt
+from nemotron.data_prep.preference import answer_ids
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID
 from nemotron.errors import NemotronError
 from nemotron.evaluation.generation import greedy_samples
@@ -105,24 +106,6 @@ def answer_accuracy(model: torch.nn.Module, tokenizer, items: Sequence[MCItem], 
         model, tokenizer, items, context, choice,
         unconditional_context=context(UNCONDITIONAL_QUESTION), batch_size=batch_size,
     )
-
-
-def answer_ids(tokenizer, answer: str) -> list[int]:
-    """An assistant answer as SFT trained on it: its text (special-token strings not matched) + `<|im_end|>`."""
-    ids = tokenizer(answer, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-    return [*ids, IM_END_ID]
-
-
-def tokenize_pairs(tokenizer, pairs: Sequence[dict]) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
-    """(prompt ids, chosen ids, rejected ids) of preference pairs `{"prompt": messages, "chosen", "rejected"}`.
-
-    The prompt ends in the generation prompt and each answer ends in `<|im_end|>`: scoring a pair is
-    then scoring two assistant turns exactly as SFT and DPO train them.
-    """
-    prompts = [tokenize_prompt(tokenizer, pair["prompt"]) for pair in pairs]
-    chosen = [answer_ids(tokenizer, pair["chosen"]) for pair in pairs]
-    rejected = [answer_ids(tokenizer, pair["rejected"]) for pair in pairs]
-    return prompts, chosen, rejected
 
 
 def chat_samples(

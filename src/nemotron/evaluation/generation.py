@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from nemotron.errors import NemotronError
-from nemotron.evaluation.language_modeling import evaluation_mode, model_device
+from nemotron.training.logprobs import evaluation_mode, model_device
 
 Prompt = str | Sequence[int]
 

@@ -1,11 +1,8 @@
 """Language-modeling metrics: held-out loss, perplexity, bits-per-byte, and a unigram baseline.
 
 What this module does:
-- `next_token_logprobs(model, sequences)` is the one scoring primitive the whole evaluation package
-  builds on: for every token sequence, the log-probability the model gives each token after the first,
-  given all tokens before it. Sequences are batched longest first with right padding, so a real token
-  never sees a pad token (causal attention and the Mamba scan both only look backwards) and batching
-  does not change the numbers beyond float rounding.
+- `next_token_logprobs(model, sequences)` (from `nemotron.training.logprobs`) is the one scoring
+  primitive the whole evaluation package builds on.
 - `heldout_loss(model, windows)` -> (mean next-token NLL in nats, number of scored tokens), evaluated in
   batches under `torch.no_grad()` with the model in eval mode (restored afterwards).
 - `perplexity(mean_nll)` and `bits_per_byte(total_nll_nats, total_utf8_bytes)`.
@@ -24,98 +21,15 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tokenizers import decoders
 from tqdm import tqdm
 
 from nemotron.errors import NemotronError
-
-# Any id works as padding: with right padding a padded position is never an input to a real token's
-# prediction and its own prediction is dropped. 0 is `<pad>` in every tokenizer we train.
-PAD_FOR_SCORING = 0
-
-TokenSequence = Sequence[int] | np.ndarray | torch.Tensor
-
-
-@contextmanager
-def evaluation_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Eval mode (no dropout) and no autograd graph inside; the caller's train/eval mode is restored."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield model
-    finally:
-        model.train(was_training)
-
-
-def as_token_tensor(sequence: TokenSequence, where: str) -> torch.Tensor:
-    """One sequence of token ids as a 1-D int64 tensor; `where` names it in the error message."""
-    tokens = torch.as_tensor(np.asarray(sequence, dtype=np.int64))
-    if tokens.dim() != 1:
-        raise NemotronError(f"{where} has shape {tuple(tokens.shape)}; pass a 1-D list of token ids")
-    return tokens
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def next_token_logprobs(
-    model: torch.nn.Module, sequences: Sequence[TokenSequence], *, batch_size: int = 8
-) -> Iterator[torch.Tensor]:
-    """For each sequence s (length L >= 2) yield float32 log p(s[t+1] | s[:t+1]) for t = 0..L-2.
-
-    Sequences are batched longest first (lm-evaluation-harness orders its requests the same way), so each
-    batch holds sequences of similar length and little compute goes into padding; results are yielded in
-    the input order. Same sequences and batch size -> same batches -> bit-identical numbers.
-
-    This does not switch off gradients: DPO training calls it (through `completion_logprobs`) to get
-    differentiable policy log-probs. Evaluation callers wrap it in `evaluation_mode(model)`.
-    """
-    if batch_size < 1:
-        raise NemotronError(f"batch_size={batch_size} must be at least 1")
-    tensors = [as_token_tensor(s, f"sequence {i}") for i, s in enumerate(sequences)]
-    for i, tokens in enumerate(tensors):
-        if len(tokens) < 2:
-            raise NemotronError(
-                f"sequence {i} has {len(tokens)} token(s); scoring needs at least 2 (one input and one target)"
-            )
-    device = model_device(model)
-    order = sorted(range(len(tensors)), key=lambda i: -len(tensors[i]))  # stable: ties keep input order
-    finished: dict[int, torch.Tensor] = {}
-    next_to_yield = 0
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        input_ids, attention_mask = right_pad([tensors[i] for i in rows])
-        # use_cache=False: scoring is one pass, a generation cache would be allocated for nothing.
-        logits = model(
-            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
-        ).logits
-        # NLL of each target is cross-entropy against it; float32 so bf16 models do not round the sum.
-        targets = input_ids[:, 1:].to(device)
-        nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
-        for row, i in zip(-nll, rows):
-            finished[i] = row[: len(tensors[i]) - 1]
-        while next_to_yield in finished:
-            yield finished.pop(next_to_yield)
-            next_to_yield += 1
-
-
-def right_pad(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack 1-D token tensors into (input_ids, attention_mask), padding on the right."""
-    length = max(len(tokens) for tokens in batch)
-    input_ids = torch.full((len(batch), length), PAD_FOR_SCORING, dtype=torch.long)
-    attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
-    for row, tokens in enumerate(batch):
-        input_ids[row, : len(tokens)] = tokens
-        attention_mask[row, : len(tokens)] = 1
-    return input_ids, attention_mask
+from nemotron.training.logprobs import TokenSequence, as_token_tensor, evaluation_mode, next_token_logprobs
 
 
 def target_masks(

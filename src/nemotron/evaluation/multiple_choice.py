@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from nemotron.errors import NemotronError
-from nemotron.evaluation.language_modeling import evaluation_mode, next_token_logprobs
+from nemotron.training.logprobs import evaluation_mode, next_token_logprobs
 
 
 @dataclass(frozen=True)

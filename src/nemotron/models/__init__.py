@@ -1,5 +1,6 @@
-"""Model definitions per scale. `nano2`: the Nemotron Nano 2 hybrid Mamba-Transformer family."""
+"""Models: configs per scale (`nano2`), loading a saved model (`loading`), and "does this fit it" checks.
 
-from nemotron.models.nano2 import SCALES, VOCAB_SIZES, build_config, build_model, count_parameters
-
-__all__ = ["SCALES", "VOCAB_SIZES", "build_config", "build_model", "count_parameters"]
+Importing the package is light (no torch, no transformers), so a data-curation step can check its
+data against a model folder without loading the model stack; `nemotron.models.nano2` and
+`load_model` import them when used.
+"""

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nemotron.artifact import METADATA, Artifact
-from nemotron.training.checkpoint import CHECKPOINTS_DIR
 
 A = TypeVar("A", bound=Artifact)
 
@@ -38,7 +37,7 @@ def run_step(
         print(f"[skip] {name}: {done.path} is up to date", file=sys.stderr)
         return done
     if (Path(config.output_dir) / METADATA).exists():
-        shutil.rmtree(Path(config.output_dir) / CHECKPOINTS_DIR, ignore_errors=True)
+        shutil.rmtree(Path(config.output_dir) / "checkpoints", ignore_errors=True)
     print(f"[run ] {name}", file=sys.stderr)
     start = time.perf_counter()
     artifact = main(config)

@@ -46,7 +46,7 @@ from nemotron.errors import NemotronError
 
 CHECKPOINTS_DIR = "checkpoints"
 TRAINER_STATE = "trainer_state.pt"
-STATE_FORMAT_VERSION = 1
+STATE_FORMAT_VERSION = 2  # 2: extra = {"run", "loop"} (training.run.LoopState)
 _STEP_FOLDER = re.compile(r"^step_(\d+)$")
 
 # The config fields that decide the shapes and wiring of a Nemotron-H (or any decoder) model. Two

@@ -108,3 +108,12 @@ def warmup_cosine(
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise NemotronError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}; pass e.g. 0.1")
     return LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps, min_lr_ratio))
+
+
+def adamw_with_schedule(model: nn.Module, config, steps: int) -> tuple[torch.optim.AdamW, LambdaLR]:
+    """AdamW and its warmup + cosine schedule from a step's Config (`lr`, `weight_decay`, `warmup_steps`
+    (default 10% of `steps`), `min_lr_ratio`): the optimizer every nano2 training step uses."""
+    warmup = steps // 10 if config.warmup_steps is None else config.warmup_steps
+    optimizer = build_optimizer(model, lr=config.lr, weight_decay=config.weight_decay)
+    return optimizer, warmup_cosine(optimizer, warmup, steps, config.min_lr_ratio)
+

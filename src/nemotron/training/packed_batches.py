@@ -12,9 +12,8 @@ means "predicting token i+1 from position i is trained". This module turns rows 
   changes (tests, benchmarks/bench_sft_packing.py).
 - `masked_token_loss(logits, batch)`: the SUM of next-token cross-entropy over trained positions. The
   caller divides by the number of trained tokens of the whole optimizer step, see the SFT step.
-- `PackedBatches`: seeded, resumable epochs of rows, split into micro-batches and across DDP ranks.
+- rows are drawn in seeded, resumable epochs by `nemotron.training.samplers.EpochSampler`.
 - `validation_loss(model, rows, pad_id)`: mean loss per trained token over held-out rows.
-- `check_rows_fit(rows, model_config, where)`: refuse ids beyond the embedding, rows beyond the context.
 
 How packed conversations are kept from leaking into one another (transformers 5.23, NemotronH):
 - Loss: never crosses a boundary. The last position of every conversation has mask 0 (its "next
@@ -44,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from nemotron.data_prep.packing import PackedRow
-from nemotron.errors import NemotronError
+from nemotron.training.compute import all_reduce_mean
 
 
 @dataclass
@@ -113,95 +112,6 @@ def masked_token_loss(logits: torch.Tensor, batch: SFTBatch) -> torch.Tensor:
     return (per_token * batch.loss_mask.flatten()).sum()
 
 
-class PackedBatches:
-    """Seeded, resumable optimizer-step batches of packed rows (or of any items: DPO passes pair ids).
-
-    One optimizer step consumes a global batch of `micro_batch_size * accumulation * world_size`
-    rows. Each epoch visits every row once in a permutation drawn from `(seed, epoch)`; a global batch
-    that runs past an epoch's end continues into the next, so batches are always full. Every rank walks
-    the same order and takes its own contiguous slice, cut into `accumulation` micro-batches. The
-    position `(epoch, index)` is the whole data state saved in checkpoints.
-    """
-
-    def __init__(
-        self,
-        rows: Sequence[PackedRow],
-        micro_batch_size: int,
-        accumulation: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
-        if micro_batch_size < 1 or accumulation < 1:
-            raise NemotronError(
-                f"micro_batch_size={micro_batch_size} and accumulation={accumulation} must be at least 1"
-            )
-        self.rows, self.seed = list(rows), seed
-        self.micro_batch_size, self.accumulation = micro_batch_size, accumulation
-        self.rank, self.world_size = rank, world_size
-        self.global_batch_size = micro_batch_size * accumulation * world_size
-        if len(self.rows) < self.global_batch_size:
-            raise NemotronError(
-                f"the packed data has {len(self.rows)} rows, fewer than one global batch of "
-                f"{self.global_batch_size} (micro batch x accumulation x processes); add data or lower them"
-            )
-        self.epoch, self.index = 0, 0
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed,
-                "global_batch_size": self.global_batch_size, "num_rows": len(self.rows)}
-
-    def load_state_dict(self, state: dict) -> None:
-        for key, mine in (("seed", self.seed), ("global_batch_size", self.global_batch_size),
-                          ("num_rows", len(self.rows))):
-            if state.get(key) != mine:
-                raise NemotronError(
-                    f"cannot resume the data position: the checkpoint was made with {key}={state.get(key)}, "
-                    f"this run has {key}={mine}; resume with the same dataset, seed and batch settings "
-                    "(or use a new output folder)"
-                )
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
-
-    def next_step(self) -> list[list[PackedRow]]:
-        """This rank's micro-batches (lists of rows) for the next optimizer step."""
-        ids = self._take(self.global_batch_size)
-        per_rank = self.micro_batch_size * self.accumulation
-        mine = ids[self.rank * per_rank : (self.rank + 1) * per_rank]
-        return [
-            [self.rows[int(i)] for i in mine[start : start + self.micro_batch_size]]
-            for start in range(0, per_rank, self.micro_batch_size)
-        ]
-
-    def _take(self, count: int) -> np.ndarray:
-        taken = []
-        while count:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.rows))
-            chunk = order[self.index : self.index + count]
-            taken.append(chunk)
-            count -= len(chunk)
-            self.index += len(chunk)
-            if self.index == len(self.rows):
-                self.epoch, self.index = self.epoch + 1, 0
-        return np.concatenate(taken)
-
-
-def check_rows_fit(rows: Sequence[PackedRow], model_config, where: str) -> None:
-    """Refuse token ids beyond the model's embedding table and rows longer than its context."""
-    largest = max(int(row.input_ids.max()) for row in rows)
-    if largest >= model_config.vocab_size:
-        raise NemotronError(
-            f"{where}: token id {largest} is beyond the model's vocab_size={model_config.vocab_size}; the data "
-            "was tokenized with another tokenizer than the model's, re-run data curation from this checkpoint"
-        )
-    longest = max(len(row.input_ids) for row in rows)
-    context = getattr(model_config, "max_position_embeddings", None)
-    if context is not None and longest > context:
-        raise NemotronError(
-            f"{where}: packed rows of {longest} tokens exceed the model's max_position_embeddings={context}; "
-            f"re-pack the data with --pack-size {context} or smaller"
-        )
-
-
 @torch.no_grad()
 def validation_loss(
     model: torch.nn.Module,
@@ -215,7 +125,6 @@ def validation_loss(
 ) -> float:
     """Mean cross-entropy per trained token over all `rows` (each rank scores its share; all ranks
     get the same number). The model is put back in training mode afterwards."""
-    from nemotron.training.distributed import all_reduce_mean
 
     was_training = model.training
     model.eval()

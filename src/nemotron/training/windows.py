@@ -18,18 +18,22 @@ uninterrupted run would have read. With several processes (DDP), every rank walk
 order and takes its own slice of each global batch, so the state is identical on all ranks.
 
 Shards are memory-mapped (`IndexedReader`), so the stream is never loaded into memory as a whole.
+`windows_loss(model, windows, ids, ...)` is the validation loss over a fixed set of windows.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.errors import NemotronError
+from nemotron.training.compute import all_reduce_mean
 
 
 class TokenWindows:
@@ -153,3 +157,27 @@ class TokenWindows:
             pieces.append(tokens[position - doc_start : end - doc_start])
             position = end
         return np.concatenate(pieces).astype(np.int64)
+
+
+@torch.no_grad()
+def windows_loss(model, windows: TokenWindows, ids: range, batch_size: int, autocast=None) -> float:
+    """Mean next-token loss over windows `ids` of every rank together (each rank passes its own ids).
+
+    The mean over ranks of (sum, count) is (sum of sums, sum of counts) / world_size: the ratio is
+    exact, so 1 and 2 processes report the same validation loss. Training mode is restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(ids), batch_size):
+        batch = torch.from_numpy(np.stack([windows.window(i) for i in ids[start : start + batch_size]]))
+        with autocast or contextlib.nullcontext():
+            logits = model(input_ids=batch[:, :-1].to(device), use_cache=False).logits
+        targets = batch[:, 1:].flatten().to(device)
+        total += F.cross_entropy(logits.float().flatten(0, 1), targets, reduction="sum").item()
+        count += targets.numel()
+    model.train(was_training)
+    total, count = all_reduce_mean(torch.tensor([total, count], dtype=torch.float64)).tolist()
+    return total / count
+

@@ -35,12 +35,17 @@ class Config:
     output_dir: Path = Path("runs/nano2")
     """Each stage writes into a folder of its own name under this one."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
+    """Seeds every random choice of the run: same config and seed, same bytes."""
     force: bool = False
     """Re-run steps even when their output is up to date."""
     stage0: stage0.Config = field(default_factory=stage0.Config)
+    """Settings of stage 0's steps (see its `__main__ --help`)."""
     stage1: stage1.Config = field(default_factory=stage1.Config)
+    """Settings of stage 1's steps (see its `__main__ --help`)."""
     stage2: stage2.Config = field(default_factory=stage2.Config)
+    """Settings of stage 2's steps (see its `__main__ --help`)."""
 
 
 def main(config: Config) -> dict:

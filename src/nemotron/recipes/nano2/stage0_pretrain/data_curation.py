@@ -48,12 +48,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import tokenizers
-from pydantic import Field
 
 from nemotron.artifact import (
     METADATA,
-    Artifact,
-    ArtifactPath,
     ArtifactRef,
     apply_scale,
     atomic_write_text,
@@ -69,7 +66,6 @@ from nemotron.data_prep.blend import (
 )
 from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.dedup import exact_dedup, near_dedup
-from nemotron.data_prep.indexed import bin_path, idx_path
 from nemotron.data_prep.quality import apply_filters, default_filters
 from nemotron.data_prep.receipts import (
     is_done,
@@ -88,6 +84,7 @@ from nemotron.data_prep.tokenizer import (
     train_tokenizer,
 )
 from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.artifacts import PretrainDataset
 
 # "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957.
 FULL_DOCUMENTS = 1_000_000
@@ -111,24 +108,13 @@ class Config:
     """Tokenization processes (the shards are the same bytes for any number); default: 1 at tiny, where
     5 MB tokenizes in ~3 s and each spawned worker would spend ~2 s importing, else one per CPU core."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/data_curation")
+    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the blend's weighted draw and shuffle, and the scale cap's choice of documents."""
 
 
-class PretrainDataset(Artifact):
-    tokenizer_dir: ArtifactPath  # HF tokenizer folder with SPECIAL_TOKENS and NANO2_CHAT_TEMPLATE
-    train_prefixes: list[Path]  # bin/idx prefixes (files() adds each one's .bin and .idx)
-    valid_prefixes: list[Path]
-    test_prefixes: list[Path] = Field(default_factory=list)  # empty when the blend has no test split
-    num_documents: int = Field(gt=0)
-    num_train_tokens: int = Field(gt=0)
-    num_valid_tokens: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-
-    def files(self) -> list[Path]:
-        prefixes = [*self.train_prefixes, *self.valid_prefixes, *self.test_prefixes]
-        return [*super().files(), *(f for p in prefixes for f in (bin_path(p), idx_path(p)))]
 
 
 def main(config: Config) -> PretrainDataset:

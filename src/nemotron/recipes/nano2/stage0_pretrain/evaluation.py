@@ -34,27 +34,16 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
 
-from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text
+from nemotron.artifact import apply_scale, atomic_write_text
+from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.tokenizer import EOS_ID
 from nemotron.errors import NemotronError
-from nemotron.evaluation.generation import greedy_samples
-from nemotron.evaluation.inputs import evaluation_threads, load_model, load_upstream
-from nemotron.evaluation.language_modeling import (
-    UnigramBaseline,
-    bits_per_byte,
-    heldout_loss,
-    perplexity,
-    target_utf8_bytes,
-)
-from nemotron.recipes.nano2.stage0_pretrain.data_curation import PretrainDataset
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset, PretrainResults
 from nemotron.recipes.nano2.stage0_pretrain.training import SEQ_LEN as TRAINING_SEQ_LEN
-from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
 from nemotron.trackers import get_lineage_tracker
-from nemotron.training.windows import TokenWindows
 
 # Held-out tokens scored at full scale; apply_scale gives tiny 10,000 (~40 windows of 256 tokens).
 FULL_EVAL_TOKENS = 4_000_000
@@ -89,28 +78,34 @@ class Config:
     max_tokens: int | None = None
     """Held-out tokens to score (whole windows, from the start of the split); default per scale."""
     batch_size: int = 8
+    """Sequences per forward pass."""
     max_new_tokens: int | None = None
     """Tokens per greedy sample; default per scale (tiny 48)."""
     num_threads: int | None = None
-    """torch threads; default 1 at tiny (see nemotron.evaluation.inputs.evaluation_threads)."""
+    """torch threads; default 1 at tiny (see nemotron.training.compute.evaluation_threads)."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/evaluation")
+    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Unused (greedy decoding and fixed windows are deterministic); kept so every step has it."""
 
 
-class PretrainResults(Artifact):
-    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}]
-    validation_loss: float  # mean next-token NLL, nats, on `config.split`
-    perplexity: float
-    bits_per_byte: float
-    unigram_loss: float
-    unigram_bits_per_byte: float
-    num_tokens: int = Field(gt=0)  # targets scored
 
 
 def main(config: Config) -> PretrainResults:
     # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
+    from nemotron.evaluation.generation import greedy_samples
+    from nemotron.evaluation.language_modeling import (
+        UnigramBaseline,
+        bits_per_byte,
+        heldout_loss,
+        perplexity,
+        target_utf8_bytes,
+    )
+    from nemotron.models.loading import load_model
+    from nemotron.training.compute import evaluation_threads
+
     checkpoint = PretrainCheckpoint.load(
         path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
     )
@@ -196,6 +191,8 @@ def heldout_windows(prefixes: list[Path], seq_len: int, max_tokens: int) -> list
     The same windows pretraining reads (documents concatenated, each ending in EOS, consecutive windows
     sharing one token), taken in stream order: a fixed, seed-free set, so every run scores the same text.
     """
+    from nemotron.training.windows import TokenWindows
+
     stream = TokenWindows(prefixes, seq_len=seq_len, batch_size=1, seed=0)
     count = min(stream.num_windows, max(1, max_tokens // seq_len))
     return [stream.window(i) for i in range(count)]
@@ -208,6 +205,9 @@ def heldout_loss_of_model_dir(
 
     Exactly what `main` reports as validation_loss, from the folder and the shards alone.
     """
+    from nemotron.evaluation.language_modeling import heldout_loss
+    from nemotron.models.loading import load_model
+
     model, _ = load_model(model_dir)
     return heldout_loss(model, heldout_windows(prefixes, seq_len, max_tokens), batch_size=batch_size)
 

@@ -30,7 +30,6 @@ Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Out
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -40,10 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
 from tqdm import tqdm
 
-from nemotron.artifact import METADATA, Artifact, ArtifactPath, apply_scale, source_ref
+from nemotron.artifact import METADATA, apply_scale, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.chat_template import tokenize_conversation
 from nemotron.data_prep.conversations import (
@@ -60,7 +58,8 @@ from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.splits import SPLITS, split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
+from nemotron.models.loading import ModelLimits, check_fits
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTDataset
 
 # "Full" reads up to a million conversations; apply_scale gives tiny 10,000 (all of chatterbot).
 FULL_CONVERSATIONS = 1_000_000
@@ -89,24 +88,13 @@ class Config:
     overflow: Literal["truncate", "drop"] = "truncate"
     """What to do with a conversation longer than pack_size."""
     output_dir: Path = Path("runs/nano2/stage1_sft/data_curation")
+    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the split hash."""
 
 
-class SFTDataset(Artifact):
-    tokenizer_dir: ArtifactPath
-    train_packed: ArtifactPath
-    valid_packed: ArtifactPath
-    train_conversations: ArtifactPath
-    valid_conversations: ArtifactPath
-    test_conversations: ArtifactPath
-    pack_size: int = Field(gt=1)
-    num_train_conversations: int = Field(gt=0)
-    num_valid_conversations: int = Field(gt=0)
-    num_test_conversations: int = Field(gt=0)
-    num_train_rows: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
 
 
 def main(config: Config) -> SFTDataset:
@@ -118,7 +106,11 @@ def main(config: Config) -> SFTDataset:
     tokenizer = load_tokenizer(checkpoint.model_dir)
     check_chat_tokenizer(tokenizer, checkpoint.model_dir)
     pack_size = config.pack_size or PACK_SIZES[config.scale]
-    check_fits_model(checkpoint.model_dir, pack_size, len(tokenizer))
+    limits = ModelLimits.from_folder(checkpoint.model_dir)
+    check_fits(limits, where=str(checkpoint.model_dir), largest_id=len(tokenizer) - 1,
+               fix="the folder mixes a tokenizer and a model that do not belong together")
+    check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
+               fix=f"pass --pack-size {limits.context} or smaller")
 
     # --- data: gather the pools ---
     pools, source_skipped, sources = [], {}, []
@@ -202,22 +194,6 @@ def main(config: Config) -> SFTDataset:
             "wall_seconds": time.perf_counter() - started,
         },
     ).save()
-
-
-def check_fits_model(model_dir: Path, pack_size: int, vocab_size: int) -> None:
-    """Refuse rows longer than the model's context or token ids beyond its embedding table."""
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    context = config.get("max_position_embeddings")
-    if context is not None and pack_size > context:
-        raise NemotronError(
-            f"{model_dir}: pack_size={pack_size} exceeds the model's max_position_embeddings={context}; "
-            f"pass --pack-size {context} or smaller"
-        )
-    if vocab_size > config.get("vocab_size", vocab_size):
-        raise NemotronError(
-            f"{model_dir}: the tokenizer has {vocab_size} tokens but the model embeds only "
-            f"{config['vocab_size']}; the folder mixes a tokenizer and a model that do not belong together"
-        )
 
 
 def save_tokenizer(tokenizer, folder: Path) -> None:

@@ -49,17 +49,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pydantic import Field
-
-from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text
+from nemotron.artifact import apply_scale, atomic_write_text
+from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
-from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, question_answer
-from nemotron.evaluation.inputs import evaluation_threads, load_model, load_upstream
-from nemotron.evaluation.language_modeling import perplexity
-from nemotron.recipes.nano2.stage0_pretrain.training import PretrainCheckpoint
-from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
-from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out conversations scored at full scale; apply_scale gives tiny 1,000 (all of chatterbot's test split).
@@ -78,9 +72,11 @@ class Config:
     dataset_path: Path | None = None
     """The SFTDataset whose TEST conversations are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     base_checkpoint_path: Path | None = None
     """The stage-0 PretrainCheckpoint to compare with; default: stdin, else the checkpoint's lineage."""
     base_checkpoint_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     num_distractors: int = 3
     """Wrong answers offered next to the true one in each multiple-choice item."""
     max_conversations: int | None = None
@@ -92,27 +88,24 @@ class Config:
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
     num_threads: int | None = None
-    """torch threads; default 1 at tiny (see nemotron.evaluation.inputs.evaluation_threads)."""
+    """torch threads; default 1 at tiny (see nemotron.training.compute.evaluation_threads)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
+    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the choice and order of the distractors."""
 
 
-class SFTResults(Artifact):
-    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}] of the SFT model
-    base_completion_nll: float
-    sft_completion_nll: float
-    base_answer_accuracy: float
-    sft_answer_accuracy: float
-    base_answer_accuracy_mutual_info: float  # the headline answer metric, see the module docstring
-    sft_answer_accuracy_mutual_info: float
-    num_conversations: int = Field(gt=0)
-    num_completion_tokens: int = Field(gt=0)
 
 
 def main(config: Config) -> SFTResults:
     # --- setup: the SFT checkpoint, its dataset and its base model ---
+    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, question_answer
+    from nemotron.evaluation.language_modeling import perplexity
+    from nemotron.models.loading import load_model
+    from nemotron.training.compute import evaluation_threads
+
     checkpoint = SFTCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nemotron.cli import run
-from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
-from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
+from nemotron.recipes.nano2.artifacts import SFTCheckpoint, SFTDataset
 from nemotron.recipes.nano2.stage2_alignment import data_curation, evaluation, training
 from nemotron.recipes.orchestration import run_step
 
@@ -30,17 +29,25 @@ class Config:
     checkpoint_path: Path | None = None
     """The stage-1 SFTCheckpoint folder; default: from stdin."""
     checkpoint_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     dataset_path: Path | None = None
     """The stage-1 SFTDataset folder (its conversations become preference pairs); default: stdin."""
     dataset_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     output_dir: Path = Path("runs/nano2/stage2_alignment")
+    """Root folder: each step writes into its own subfolder (data_curation/, training/, evaluation/)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
+    """Seeds every random choice of the run: same config and seed, same bytes."""
     force: bool = False
     """Re-run steps even when their output is up to date."""
     data_curation: data_curation.Config = field(default_factory=data_curation.Config)
+    """Settings of the data curation step (`data_curation.py --help` lists them)."""
     training: training.Config = field(default_factory=training.Config)
+    """Settings of the training step (`training.py --help` lists them)."""
     evaluation: evaluation.Config = field(default_factory=evaluation.Config)
+    """Settings of the evaluation step (`evaluation.py --help` lists them)."""
 
 
 def main(config: Config) -> dict:

@@ -18,11 +18,18 @@ the training pairs it writes. Instead of building training pairs you can give yo
 JSONL with `--pairs-path` (same shape; TRL's conversational shape is accepted): a record with an
 empty chosen or rejected answer is refused with one error line naming the file and line.
 
+Then, as every curation step, it prepares exactly what training consumes: the pairs tokenized in the
+nano2 chat format with the SFT tokenizer (prompt ending in the generation prompt, each answer ending
+in `<|im_end|>`), pairs longer than `--max-length` tokens (prompt + the longer answer) dropped and
+counted (never cut: a cut chosen answer can look like a "truncated" rejected one), and a seeded
+`--validation-share` of the rest held out for DPO's validation loss (`nemotron.data_prep.preference`).
+
 Scale: every train conversation yields a pair at tiny (~700); scale caps the pair count at larger
-scales (tiny 10,000) and otherwise governs DPO steps and model size, not this data.
+scales (tiny 10,000) and sets the maximum length; otherwise it governs DPO steps and model size.
 
 Input: an `SFTDataset` (stdin, `--dataset-path` or `--dataset-artifact`). Output: a
-`PreferenceDataset` (train_pairs.jsonl, test_pairs.jsonl, canonical JSONL).
+`PreferenceDataset`: train/valid/test pairs (canonical JSONL, text) and the train/valid pairs
+tokenized (`*_tokens.jsonl`).
 
     python -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny \\
         --dataset-path runs/nano2/stage1_sft/data_curation
@@ -37,16 +44,25 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pydantic import Field
-
-from nemotron.artifact import METADATA, Artifact, ArtifactPath, apply_scale, source_ref
+from nemotron.artifact import METADATA, apply_scale, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.conversations import question_key, read_conversations
-from nemotron.data_prep.preference import build_pairs, read_pairs, write_pairs
+from nemotron.data_prep.preference import (
+    build_pairs,
+    read_pairs,
+    split_pairs,
+    tokenize_pairs,
+    write_pairs,
+    write_tokenized_pairs,
+)
+from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.data_prep.transforms import write_jsonl
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
+from nemotron.recipes.nano2.artifacts import PreferenceDataset, SFTDataset
 
 FULL_PAIRS = 1_000_000  # "full" trains on up to a million pairs; tiny: 10,000 (all of ours)
+# The longest pair trained on (prompt + the longer answer, in tokens); tiny skips ~9% of chatterbot's.
+MAX_LENGTH = {"tiny": 128, "small": 256, "medium": 1024, "full": 4096}
 
 
 @dataclass
@@ -62,18 +78,18 @@ class Config:
     other_answer_share: float = 0.5
     """Share of pairs whose rejected answer is another answer of the same category (the rest are
     corruptions of the chosen answer)."""
+    max_length: int | None = None
+    """Drop training pairs longer than this (prompt + longer answer, tokens); default per scale (tiny 128)."""
+    validation_share: float = 0.05
+    """Share of the training pairs held out (seeded) for DPO's validation loss; 0 disables it."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/data_curation")
+    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
-    """Seeds the choice of each rejected answer."""
+    """Seeds the choice of each rejected answer and the validation slice."""
 
 
-class PreferenceDataset(Artifact):
-    tokenizer_dir: ArtifactPath
-    train_pairs: ArtifactPath
-    test_pairs: ArtifactPath
-    num_train_pairs: int = Field(gt=0)
-    num_test_pairs: int = Field(gt=0)
 
 
 def main(config: Config) -> PreferenceDataset:
@@ -108,12 +124,27 @@ def main(config: Config) -> PreferenceDataset:
     # --- held-out pairs: built the same way from test conversations ---
     test_pairs = build_pairs(test_conversations, config.seed, config.other_answer_share)
 
+    # --- tokenize the training pairs; drop the too long ones; hold out a validation slice ---
+    tokenizer = load_tokenizer(sft.tokenizer_dir)
+    tokens = tokenize_pairs(tokenizer, train_pairs)
+    max_length = config.max_length or MAX_LENGTH[config.scale]
+    train_ids, valid_ids = split_pairs(tokens, max_length, config.validation_share, config.seed)
+    if not train_ids:
+        raise NemotronError(
+            f"none of the {len(train_pairs)} training pairs fits in --max-length {max_length} tokens "
+            "(prompt + longer answer); raise --max-length"
+        )
+
     # --- write ---
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / METADATA).unlink(missing_ok=True)  # a failed re-run must not leave an artifact over mixed files
-    write_pairs(train_pairs, out / "train_pairs.jsonl")
+    write_pairs([train_pairs[i] for i in train_ids], out / "train_pairs.jsonl")
+    write_jsonl([train_pairs[i] for i in valid_ids], out / "valid_pairs.jsonl")
     write_pairs(test_pairs, out / "test_pairs.jsonl")
+    write_tokenized_pairs(train_pairs, tokens, train_ids, out / "train_tokens.jsonl")
+    write_tokenized_pairs(train_pairs, tokens, valid_ids, out / "valid_tokens.jsonl")
+    trained = [train_pairs[i] for i in train_ids]
     return PreferenceDataset(
         path=out,
         config=asdict(config),
@@ -122,19 +153,26 @@ def main(config: Config) -> PreferenceDataset:
         inputs=inputs,
         tokenizer_dir=sft.tokenizer_dir,
         train_pairs=out / "train_pairs.jsonl",
+        valid_pairs=out / "valid_pairs.jsonl",
         test_pairs=out / "test_pairs.jsonl",
-        num_train_pairs=len(train_pairs),
+        train_tokens=out / "train_tokens.jsonl",
+        valid_tokens=out / "valid_tokens.jsonl",
+        max_length=max_length,
+        num_train_pairs=len(train_ids),
+        num_valid_pairs=len(valid_ids),
         num_test_pairs=len(test_pairs),
         metrics={
             "train_pairs_source": "given" if config.pairs_path else "built",
-            "train_rejected_kinds": count_kinds(train_pairs),
+            "train_rejected_kinds": count_kinds(trained),
             "test_rejected_kinds": count_kinds(test_pairs),
             # conversations whose answer admits no rejected one (one word, alone in its category)
             "train_conversations_without_pair": 0 if config.pairs_path else len(train_conversations) - built,
             "test_conversations_without_pair": len(test_conversations) - len(test_pairs),
             "train_pairs_removed_test_question": len(leaking),
             "scale_limit_dropped": scale_limit_dropped,
-            "num_train_pairs": len(train_pairs),
+            "pairs_skipped_too_long": len(train_pairs) - len(train_ids) - len(valid_ids),
+            "num_train_pairs": len(train_ids),
+            "num_valid_pairs": len(valid_ids),
             "num_test_pairs": len(test_pairs),
             "wall_seconds": time.perf_counter() - started,
         },

@@ -31,21 +31,13 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from pydantic import Field
-
-from nemotron.artifact import Artifact, apply_scale
+from nemotron.artifact import apply_scale
+from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
-from nemotron.data_prep.preference import read_pairs
+from nemotron.data_prep.preference import read_pairs, tokenize_pairs
 from nemotron.errors import NemotronError
-from nemotron.evaluation.chat import answer_accuracy, answer_items, tokenize_pairs
-from nemotron.evaluation.inputs import evaluation_threads, load_model, load_upstream
-from nemotron.evaluation.preference import pair_logprobs, preference_accuracy, reward_metrics
-from nemotron.recipes.nano2.stage1_sft.data_curation import SFTDataset
-from nemotron.recipes.nano2.stage1_sft.training import SFTCheckpoint
-from nemotron.recipes.nano2.stage2_alignment.data_curation import PreferenceDataset
-from nemotron.recipes.nano2.stage2_alignment.training import DPOCheckpoint
+from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
@@ -63,41 +55,43 @@ class Config:
     dataset_path: Path | None = None
     """The PreferenceDataset whose test pairs are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     sft_checkpoint_path: Path | None = None
     """The SFTCheckpoint used as reference; default: stdin, else the checkpoint's lineage."""
     sft_checkpoint_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     sft_dataset_path: Path | None = None
     """The SFTDataset with the held-out questions; default: stdin, else the SFT checkpoint's lineage."""
     sft_dataset_artifact: str | None = None
+    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     beta: float | None = None
     """DPO's beta for the implicit rewards; default: the beta the checkpoint was trained with."""
     num_distractors: int = 3
+    """Wrong answers per multiple-choice question (chance accuracy is 1 / (1 + this))."""
     max_items: int | None = None
     """Held-out pairs and questions to score (the first ones of each file); default per scale."""
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
     num_threads: int | None = None
-    """torch threads; default 1 at tiny (see nemotron.evaluation.inputs.evaluation_threads)."""
+    """torch threads; default 1 at tiny (see nemotron.training.compute.evaluation_threads)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
+    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the distractors of the answer test (the same seed gives stage 1's items)."""
 
 
-class DPOResults(Artifact):
-    sft_preference_accuracy: float
-    dpo_preference_accuracy: float
-    reward_accuracy: float
-    reward_margin: float
-    sft_answer_accuracy: float
-    dpo_answer_accuracy: float
-    sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
-    dpo_answer_accuracy_mutual_info: float
-    num_pairs: int = Field(gt=0)
 
 
 def main(config: Config) -> DPOResults:
     # --- setup: the DPO checkpoint and everything it was made from ---
+    from nemotron.evaluation.chat import answer_accuracy, answer_items
+    from nemotron.models.loading import load_model
+    from nemotron.training.compute import evaluation_threads
+    from nemotron.training.dpo import reward_metrics
+    from nemotron.training.logprobs import pair_logprobs
+
     checkpoint = DPOCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
@@ -160,13 +154,15 @@ def main(config: Config) -> DPOResults:
 
 def preference_metrics(
     name: str,
-    chosen: torch.Tensor,
-    rejected: torch.Tensor,
+    chosen,
+    rejected,
     chosen_lengths: list[int],
     rejected_lengths: list[int],
     kinds: list[str],
 ) -> dict:
     """`<name>_preference_accuracy` (per token), its summed-log-prob form, and the accuracy per rejected kind."""
+    from nemotron.evaluation.preference import preference_accuracy
+
     by_kind = defaultdict(list)
     for i, kind in enumerate(kinds):
         by_kind[kind].append(i)

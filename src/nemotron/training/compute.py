@@ -1,4 +1,11 @@
-"""Compute setup for a training step: one process or many (torchrun), seeded and reproducible.
+"""Compute policy and setup for a training or evaluation step: processes, threads, seeds, memory.
+
+This is the one module that decides how a step uses the machine:
+- `setup_distributed()`: one process, or one of many under torchrun (DDP);
+- `torch_threads(scale, num_threads)`: how many intra-op threads a process uses;
+- `evaluation_threads(...)`: the same rule for a block of evaluation code;
+- `seed_everything(seed)`: Python, NumPy and torch RNGs, and deterministic CPU float math;
+- `check_trainable_here(...)`: refuse a model that the plain loop cannot train on this machine.
 
 The same training script runs three ways, and this module is the only place that knows which:
 
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,6 +134,67 @@ def torch_threads(scale: str, num_threads: int | None = None) -> int:
     if num_threads is not None and num_threads < 1:
         raise NemotronError(f"num_threads={num_threads} must be at least 1; pass e.g. --num-threads 1")
     return num_threads or (1 if scale == "tiny" else torch.get_num_threads())
+
+
+@contextmanager
+def evaluation_threads(scale: str, num_threads: int | None = None) -> Iterator[int]:
+    """Run the block with the thread count `torch_threads` chooses; the previous count is restored."""
+    previous = torch.get_num_threads()
+    chosen = torch_threads(scale, num_threads)
+    torch.set_num_threads(chosen)
+    try:
+        yield chosen
+    finally:
+        torch.set_num_threads(previous)
+
+
+# Bytes per parameter that plain fp32 training with AdamW holds: weights 4, gradients 4, Adam's two
+# moments 8 (Rajbhandari et al., 2020, "ZeRO", section 3.1, count 16 bytes per parameter the same way
+# for mixed precision). Activations come on top, so this is a lower bound.
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def check_trainable_here(scale: str, parameters: int, processes_here: int = 1) -> None:
+    """Refuse, before any work, a run the plain training loop cannot do on this machine.
+
+    `--scale full` is the published model: it is trained by Megatron-Bridge on a GPU cluster, never
+    by this loop. Any other model whose weights, gradients and AdamW state alone would not fit in the
+    memory this process may use (the cgroup limit when there is one) is refused the same way, instead
+    of failing deep inside the first step or swapping the machine to a halt. Under DDP every process
+    on this machine holds a full copy (`processes_here`, torchrun's LOCAL_WORLD_SIZE).
+    """
+    needed = parameters * TRAINING_BYTES_PER_PARAMETER * processes_here
+    hand_off = "use --scale tiny, small or medium here, or hand the run to Megatron-Bridge on a GPU cluster"
+    if scale == "full":
+        raise NemotronError(
+            f"--scale full is the published {parameters / 1e9:.2f}B-parameter model (~{needed / 2**30:,.0f} GiB "
+            f"of weights, gradients and AdamW state in fp32) and the plain training loop does not train it; {hand_off}"
+        )
+    available = available_memory_bytes()
+    if available is not None and needed > available:
+        raise NemotronError(
+            f"the model has {parameters / 1e6:,.1f}M parameters: weights, gradients and AdamW state need "
+            f"~{needed / 2**30:,.1f} GiB but this process may use ~{available / 2**30:,.1f} GiB; "
+            f"shrink it with --model-overrides or a smaller --scale, or {hand_off}"
+        )
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process may still use: MemAvailable, capped by a cgroup v2 limit; None if unknown."""
+    available = None
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    try:
+        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
+        if limit != "max":
+            available = min(available or int(limit), int(limit))
+    except (OSError, ValueError):
+        pass
+    return available
 
 
 def _env_int(name: str) -> int | None:

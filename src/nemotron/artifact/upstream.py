@@ -1,0 +1,72 @@
+"""The artifacts an input was made from: find a step's upstream input by path, pipe, or lineage.
+
+`load_upstream(cls, ...)` finds an input that another input was made from: the dataset a checkpoint
+was trained on, the model it was fine-tuned from. An evaluation must score the held-out split of the
+very data the checkpoint was trained on, so it looks, in order, at:
+  1. an explicit `--<name>-path` or `--<name>-artifact`;
+  2. the artifacts on stdin, when the checkpoint itself came down the pipe
+     (`data_curation | training | evaluation` passes every artifact through);
+  3. the lineage: the `inputs` the checkpoint (or another given artifact) recorded when it was saved.
+Stdin is only consulted once the pipe has been read for the checkpoint, so a step given paths never
+waits on a terminal or an idle pipe. An input found in the lineage must still have the digest that
+was recorded: if it was re-made since, the held-out split may have moved into training, and the step
+refuses. An input given explicitly that differs from the recorded one is allowed but warned about.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from nemotron.artifact import Artifact, read_stdin_artifacts
+from nemotron.errors import NemotronError
+
+A = TypeVar("A", bound=Artifact)
+
+
+def load_upstream(
+    cls: type[A],
+    *,
+    path: Path | None,
+    reference: str | None,
+    scale: str,
+    made_from: Sequence[Artifact],
+    stdin: bool,
+    flag: str = "--<input>-path",
+) -> A:
+    """The `cls` artifact behind `made_from`: explicit path/reference, else stdin, else recorded lineage.
+
+    `stdin=True` says the pipe has already been read (the checkpoint came from it), so looking there
+    cannot block. `made_from` are searched in order for an input of type `cls`. `flag` is the step's
+    command-line flag for this input, named in error messages.
+    """
+    name = cls.type_name()
+    recorded = [ref for art in made_from for ref in art.inputs if ref.type == name]
+    if path is not None or reference is not None:
+        found = cls.load(path=path, reference=reference, scale=scale)
+    elif stdin and name in read_stdin_artifacts(needed=f"a {name}"):
+        found = cls.load(scale=scale)
+    elif recorded:
+        ref = recorded[0]
+        found = cls.load(path=ref.path, scale=scale)
+        if ref.digest is not None and found.digest != ref.digest:
+            raise NemotronError(
+                f"{ref.path}: this {name} was re-made after {made_from[0].path} was trained on it (digest "
+                f"{(found.digest or '')[:12]} != recorded {ref.digest[:12]}); re-run training, or pass the "
+                f"{name} to use explicitly with {flag}"
+            )
+        return found
+    else:
+        where = ", ".join(str(art.path) for art in made_from)
+        raise NemotronError(
+            f"no {name} given and none recorded in the inputs of {where}; pass its folder with {flag}"
+        )
+    if recorded and all(ref.digest not in (None, found.digest) for ref in recorded):
+        print(
+            f"warning: {found.path} is not the {name} recorded in the lineage of {made_from[0].path}; "
+            "its held-out split may overlap what the model was trained on",
+            file=sys.stderr,
+        )
+    return found

@@ -1,0 +1,122 @@
+"""Every artifact the nano2 recipe makes, in the order the steps make them.
+
+A step's output is one of these classes, saved as `<output_dir>/metadata.json`; the next step loads
+it by type (`PretrainDataset.load(path=..., scale=...)`, or from the pipe). Fields typed
+`ArtifactPath` are files or folders that must exist; they are checked and hashed into the digest.
+The common fields of every artifact (config, scale, seed, inputs, producer, metrics, digest) come from
+`nemotron.artifact.Artifact`; the three checkpoints share `nemotron.training.artifacts.ModelCheckpoint`
+(model_dir, metrics_path, training_loss, validation_loss, steps).
+
+    stage 0  data_curation -> PretrainDataset    training -> PretrainCheckpoint    evaluation -> PretrainResults
+    stage 1  data_curation -> SFTDataset         training -> SFTCheckpoint         evaluation -> SFTResults
+    stage 2  data_curation -> PreferenceDataset  training -> DPOCheckpoint         evaluation -> DPOResults
+
+This module imports neither torch nor transformers: any step can import it cheaply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from nemotron.artifact import Artifact, ArtifactPath
+from nemotron.data_prep.indexed import bin_path, idx_path
+from nemotron.training.artifacts import ModelCheckpoint
+
+# ---- stage 0: pretraining ---------------------------------------------------------------------------
+
+
+class PretrainDataset(Artifact):
+    tokenizer_dir: ArtifactPath  # HF tokenizer folder with SPECIAL_TOKENS and NANO2_CHAT_TEMPLATE
+    train_prefixes: list[Path]  # bin/idx prefixes (files() adds each one's .bin and .idx)
+    valid_prefixes: list[Path]
+    test_prefixes: list[Path] = Field(default_factory=list)  # empty when the blend has no test split
+    num_documents: int = Field(gt=0)
+    num_train_tokens: int = Field(gt=0)
+    num_valid_tokens: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+
+    def files(self) -> list[Path]:
+        prefixes = [*self.train_prefixes, *self.valid_prefixes, *self.test_prefixes]
+        return [*super().files(), *(f for p in prefixes for f in (bin_path(p), idx_path(p)))]
+
+
+class PretrainCheckpoint(ModelCheckpoint):
+    """The pretrained base model; training_loss is nats per token."""
+
+
+class PretrainResults(Artifact):
+    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}]
+    validation_loss: float  # mean next-token NLL, nats, on `config.split`
+    perplexity: float
+    bits_per_byte: float
+    unigram_loss: float
+    unigram_bits_per_byte: float
+    num_tokens: int = Field(gt=0)  # targets scored
+
+
+# ---- stage 1: supervised fine-tuning ----------------------------------------------------------------
+
+
+class SFTDataset(Artifact):
+    tokenizer_dir: ArtifactPath
+    train_packed: ArtifactPath
+    valid_packed: ArtifactPath
+    train_conversations: ArtifactPath
+    valid_conversations: ArtifactPath
+    test_conversations: ArtifactPath
+    pack_size: int = Field(gt=1)
+    num_train_conversations: int = Field(gt=0)
+    num_valid_conversations: int = Field(gt=0)
+    num_test_conversations: int = Field(gt=0)
+    num_train_rows: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+
+
+class SFTCheckpoint(ModelCheckpoint):
+    """The chat model; training_loss is per assistant token."""
+
+
+class SFTResults(Artifact):
+    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}] of the SFT model
+    base_completion_nll: float
+    sft_completion_nll: float
+    base_answer_accuracy: float
+    sft_answer_accuracy: float
+    base_answer_accuracy_mutual_info: float  # the headline answer metric, see stage-1 evaluation
+    sft_answer_accuracy_mutual_info: float
+    num_conversations: int = Field(gt=0)
+    num_completion_tokens: int = Field(gt=0)
+
+
+# ---- stage 2: preference alignment ------------------------------------------------------------------
+
+
+class PreferenceDataset(Artifact):
+    tokenizer_dir: ArtifactPath
+    train_pairs: ArtifactPath  # preference JSONL (prompt messages, chosen, rejected, rejected_kind, ...)
+    valid_pairs: ArtifactPath  # the seeded held-out slice of the training pairs (DPO validation)
+    test_pairs: ArtifactPath  # pairs from the stage-1 test conversations (stage-2 evaluation)
+    train_tokens: ArtifactPath  # the train pairs tokenized: {"id", "prompt_ids", "chosen_ids", "rejected_ids"}
+    valid_tokens: ArtifactPath
+    max_length: int = Field(gt=1)  # no tokenized pair is longer (prompt + the longer answer)
+    num_train_pairs: int = Field(gt=0)
+    num_valid_pairs: int = Field(ge=0)
+    num_test_pairs: int = Field(gt=0)
+
+
+class DPOCheckpoint(ModelCheckpoint):
+    """The aligned model; training_loss is the DPO loss, validation_loss the DPO loss on valid_pairs."""
+
+
+class DPOResults(Artifact):
+    sft_preference_accuracy: float
+    dpo_preference_accuracy: float
+    reward_accuracy: float
+    reward_margin: float
+    sft_answer_accuracy: float
+    dpo_answer_accuracy: float
+    sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
+    dpo_answer_accuracy_mutual_info: float
+    num_pairs: int = Field(gt=0)

@@ -1,0 +1,273 @@
+"""A training run's state and I/O in one object, so that a training step reads as its algorithm.
+
+Every training step (pretraining, SFT, DPO, ...) does the same bookkeeping around its loop: set up the
+processes, threads and seeds; resume from the newest checkpoint of its output folder; log every step;
+save checkpoints; write the final model folder and the artifact. `TrainingRun` does all of that and
+nothing else. The maths (the batches, the forward pass, the loss, `backward`, `no_sync`, clipping and
+`optimizer.step()`) stays visible in the step file:
+
+    run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")   # compute init
+    model, optimizer, scheduler, data = ...                                     # the step's choices
+    state = run.resume(model, optimizer, scheduler, data, tokenizer)            # -> LoopState
+    for step in range(state.step + 1, steps + 1):
+        ...forward, loss, backward, clip, optimizer.step()...
+        run.record(step, loss=loss, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=...)
+        run.checkpoint_if_due(step)
+    return run.finish(PretrainCheckpoint, metrics={...})
+
+The output folder of a run (`config.output_dir`):
+
+    checkpoints/step_000020/   checkpoints (nemotron.training.checkpoint), kept for resume
+    model/                     the final Hugging Face folder: weights, config, tokenizer
+    metrics.jsonl              per-step numbers (nemotron.training.metrics)
+    metadata.json              the artifact, written last; absent while the run is unfinished
+
+Resume is safe by construction: every checkpoint stores the run's identity (`run_settings(config)`:
+the settings that shape the trajectory, plus the digests of the inputs), and a folder written by a run
+with other settings or inputs is refused with the names of what changed. Continuing run A's optimizer
+state with run B's learning rate or data would give a model that is neither, silently.
+
+Under torchrun every rank builds a `TrainingRun`; only rank 0 writes files, logs and prints (the other
+ranks' stdout is muted, so a job prints one artifact), and every rank meets at the same barriers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from nemotron.artifact import METADATA, Artifact
+from nemotron.errors import NemotronError
+from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from nemotron.training.compute import (
+    barrier,
+    check_trainable_here,
+    cleanup,
+    seed_everything,
+    setup_distributed,
+    torch_threads,
+)
+from nemotron.training.metrics import MetricsLog, TrainingProgress
+
+A = TypeVar("A", bound=Artifact)
+
+# Smoothing of the logged loss: an exponential moving average with this decay, debiased like Adam's
+# moments (Kingma & Ba, 2015, section 3) so the first steps are not pulled towards zero.
+EMA_DECAY = 0.9
+# Settings that only change what is logged or saved, or how fast: a resumed run may change them.
+NOT_PART_OF_THE_RUN = ("eval_every", "checkpoint_every", "keep_last", "num_threads")
+
+
+@dataclass
+class LoopState:
+    """Where the training loop is. Saved in every checkpoint and restored on resume."""
+
+    step: int = 0  # optimizer steps done
+    ema: float = 0.0  # moving average of the loss, not yet debiased
+    tokens: int = 0  # tokens trained on so far, all ranks together
+    validation: dict[str, float] = field(default_factory=dict)  # the latest validation numbers
+
+    @property
+    def smoothed_loss(self) -> float:
+        return self.ema / (1 - EMA_DECAY**self.step) if self.step else float("nan")
+
+
+class TrainingRun:
+    """Compute init, resume, per-step records, checkpoints and the final artifact of one training run."""
+
+    def __init__(self, config: Any, inputs: Sequence[Artifact], steps: int, name: str) -> None:
+        self.config, self.inputs, self.steps, self.name = config, list(inputs), steps, name
+        self.out = Path(config.output_dir)
+        if steps < 1:
+            raise NemotronError(f"--steps {steps} must be at least 1")
+        # --- compute: processes, threads, seeds ---
+        self.info = setup_distributed()
+        seed_everything(config.seed)
+        torch.set_num_threads(torch_threads(config.scale, config.num_threads))
+        if not self.info.is_main:
+            sys.stdout = open(os.devnull, "w")  # one artifact JSON on stdout per job, from rank 0
+        self.identity = {"config": run_settings(config), "inputs": [artifact.digest for artifact in self.inputs]}
+        self.state = LoopState()
+        self.started = time.perf_counter()  # after the inputs: in a pipe, loading waits for the previous step
+        self._parts: tuple | None = None
+        self._log: MetricsLog | None = None
+        self._progress: TrainingProgress | None = None
+        self._resumed_from, self._loop_started, self._loop_tokens = 0, 0.0, 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.info.is_main
+
+    @property
+    def device(self) -> torch.device:
+        return self.info.device
+
+    def load_model(self, model_dir: Path | str) -> nn.Module:
+        """A saved model in float32 to train further; refused first (counted on the meta device, nothing
+        allocated) if its weights and optimizer state cannot fit this machine."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        with torch.device("meta"):
+            parameters = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+        check_trainable_here(self.config.scale, parameters, self.info.world_size)
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
+
+    def prepare(self, model: nn.Module) -> tuple[DistributedDataParallel | None, Any]:
+        """Put `model` on this process's device in training mode; returns (its DDP wrapper under
+        torchrun, else None; the autocast context of `--precision`: bf16, or a no-op for fp32)."""
+        model.to(self.device).train()
+        ddp = DistributedDataParallel(model) if self.info.is_distributed else None
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16")
+        return ddp, autocast
+
+    def resume(self, model: nn.Module, optimizer, scheduler, data, tokenizer) -> LoopState:
+        """Continue from the newest checkpoint of the output folder, if any; returns the loop state.
+
+        `data` is the step's sampler (anything with `state_dict` / `load_state_dict`). Refuses a
+        checkpoint of another architecture or of a run with other settings or inputs.
+        """
+        self._parts = (model, optimizer, scheduler, data, tokenizer)
+        latest = latest_checkpoint(self.out)
+        if latest is not None:
+            saved = load_checkpoint(latest, model, optimizer, scheduler)
+            check_same_run(saved["extra"]["run"], self.identity, latest)
+            data.load_state_dict(saved["data_state"])
+            self.state = LoopState(**saved["extra"]["loop"])
+        self._resumed_from = self.state.step
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / METADATA).unlink(missing_ok=True)  # until this run completes, the folder holds no artifact
+            self._log = MetricsLog(self.out / "metrics.jsonl", resume_step=self.state.step if latest else None)
+            if self.state.step >= self.steps:
+                print(f"{self.name}: already finished: nothing to train ({self.state.step} of {self.steps} steps "
+                      f"are in {self.out}); saving its model and artifact again", file=sys.stderr)
+            else:
+                self._progress = TrainingProgress(self.steps, self.state.step, self.name)
+        self._loop_started = time.perf_counter()
+        return self.state
+
+    def is_due(self, step: int, every: int) -> bool:
+        """True every `every` steps and at the last step (for validation and checkpoints)."""
+        return step % every == 0 or step == self.steps
+
+    def record(
+        self, step: int, *, loss: float, lr: float, grad_norm: float, tokens: int,
+        validation: dict[str, float] | None = None, **extra: float,
+    ) -> None:
+        """Log optimizer step `step`: numbers already averaged over ranks; `tokens` counts all ranks."""
+        state = self.state
+        state.step, state.tokens = step, state.tokens + tokens
+        state.ema = EMA_DECAY * state.ema + (1 - EMA_DECAY) * loss
+        if validation is not None:
+            state.validation = dict(validation)
+        self._loop_tokens += tokens
+        if self.is_main:
+            record = {"loss": loss, "smoothed_loss": state.smoothed_loss, "lr": lr, "grad_norm": grad_norm,
+                      **extra, **(validation or {})}
+            self._log.log(step, record)
+            self._progress.update(1, tokens, state.smoothed_loss)
+
+    def checkpoint_if_due(self, step: int) -> None:
+        """Save a checkpoint every `config.checkpoint_every` steps and at the end (rank 0, then a barrier)."""
+        if not self.is_due(step, self.config.checkpoint_every):
+            return
+        if self.is_main:
+            model, optimizer, scheduler, data, tokenizer = self._parts
+            extra = {"run": self.identity, "loop": asdict(self.state)}
+            save_checkpoint(self.out, step, model, optimizer, scheduler, data.state_dict(), extra,
+                            tokenizer=tokenizer, keep_last=self.config.keep_last)
+        barrier()
+
+    def finish(self, artifact_class: type[A], *, metrics: dict[str, Any], **fields: Any) -> A:
+        """Write the model folder and the artifact (rank 0), meet the other ranks, leave the process group."""
+        loop_seconds = time.perf_counter() - self._loop_started
+        steps_run = self.steps - self._resumed_from
+        if self._progress is not None:
+            self._progress.close()
+        artifact = None
+        if self.is_main:
+            model, _, _, _, tokenizer = self._parts
+            save_model_folder(model, tokenizer, self.out / "model")
+            state = self.state
+            artifact = artifact_class(
+                path=self.out,
+                config=asdict(self.config),
+                scale=self.config.scale,
+                seed=self.config.seed,
+                inputs=self.inputs,
+                model_dir=self.out / "model",
+                metrics_path=self.out / "metrics.jsonl",
+                training_loss=state.smoothed_loss,
+                validation_loss=state.validation.get("val_loss"),
+                steps=self.steps,
+                metrics={
+                    "training_loss": state.smoothed_loss,
+                    "validation_loss": state.validation.get("val_loss"),
+                    **{name: value for name, value in state.validation.items() if name != "val_loss"},
+                    **metrics,
+                    "train_tokens": state.tokens,
+                    "tokens_per_second": self._loop_tokens / loop_seconds if self._loop_tokens else None,
+                    "seconds_per_step": loop_seconds / steps_run if steps_run > 0 else None,
+                    "resumed_from_step": self._resumed_from,
+                    "world_size": self.info.world_size,
+                    "num_threads": torch.get_num_threads(),
+                    "wall_seconds": time.perf_counter() - self.started,
+                },
+                **fields,
+            ).save()
+        barrier()
+        cleanup()
+        return artifact or artifact_class.from_path(self.out)
+
+
+def run_settings(config: Any, not_part_of_the_run: tuple[str, ...] = NOT_PART_OF_THE_RUN) -> dict:
+    """The fields of a step's Config dataclass that a resumed run must share with the run it continues."""
+    return {
+        name: value
+        for name, value in asdict(config).items()
+        if not name.endswith(("_path", "_artifact", "_dir")) and name not in not_part_of_the_run
+    }
+
+
+def check_same_run(saved: dict, current: dict, where: Path | str) -> None:
+    """Refuse to resume from `where` when its run identity (`{"config", "inputs"}`) differs from ours."""
+    if saved == current:
+        return
+    changed = sorted(
+        name
+        for name in set(saved["config"]) | set(current["config"])
+        if saved["config"].get(name) != current["config"].get(name)
+    )
+    what = f"settings {', '.join(changed)}" if changed else "inputs (dataset or base checkpoint digest)"
+    raise NemotronError(
+        f"{where} was written by a run with other {what}; re-run with the same ones to resume, "
+        "or pass a new --output-dir to start over"
+    )
+
+
+def save_model_folder(model: nn.Module, tokenizer: Any, folder: Path | str) -> Path:
+    """Save the final Hugging Face folder (weights, config, tokenizer) atomically; returns it."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        getattr(model, "module", model).save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

@@ -1,0 +1,90 @@
+"""Samplers: which items each optimizer step trains on, seeded and resumable.
+
+`EpochSampler(items, micro_batch_size, accumulation, seed, rank, world_size)` walks seeded epochs over
+any list of items (packed SFT rows, DPO pair ids, RL prompts) and hands each rank its micro-batches
+for the next optimizer step. Its `state_dict()` (epoch, index) is the whole data position a
+checkpoint needs to resume bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from nemotron.errors import NemotronError
+
+T = TypeVar("T")
+
+
+class EpochSampler(Generic[T]):
+    """Seeded, resumable optimizer-step batches of items: packed SFT rows, DPO pair ids, RL prompts.
+
+    One optimizer step consumes a global batch of `micro_batch_size * accumulation * world_size`
+    items. Each epoch visits every item once in a permutation drawn from `(seed, epoch)`; a global batch
+    that runs past an epoch's end continues into the next, so batches are always full. Every rank walks
+    the same order and takes its own contiguous slice, cut into `accumulation` micro-batches. The
+    position `(epoch, index)` is the whole data state saved in checkpoints.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[T],
+        micro_batch_size: int,
+        accumulation: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if micro_batch_size < 1 or accumulation < 1:
+            raise NemotronError(
+                f"micro_batch_size={micro_batch_size} and accumulation={accumulation} must be at least 1"
+            )
+        self.items, self.seed = list(items), seed
+        self.micro_batch_size, self.accumulation = micro_batch_size, accumulation
+        self.rank, self.world_size = rank, world_size
+        self.global_batch_size = micro_batch_size * accumulation * world_size
+        if len(self.items) < self.global_batch_size:
+            raise NemotronError(
+                f"the data has {len(self.items)} items, fewer than one global batch of "
+                f"{self.global_batch_size} (micro batch x accumulation x processes); add data or lower them"
+            )
+        self.epoch, self.index = 0, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed,
+                "global_batch_size": self.global_batch_size, "num_items": len(self.items)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, mine in (("seed", self.seed), ("global_batch_size", self.global_batch_size),
+                          ("num_items", len(self.items))):
+            if state.get(key) != mine:
+                raise NemotronError(
+                    f"cannot resume the data position: the checkpoint was made with {key}={state.get(key)}, "
+                    f"this run has {key}={mine}; resume with the same dataset, seed and batch settings "
+                    "(or use a new output folder)"
+                )
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+    def next_step(self) -> list[list[T]]:
+        """This rank's micro-batches (lists of items) for the next optimizer step."""
+        ids = self._take(self.global_batch_size)
+        per_rank = self.micro_batch_size * self.accumulation
+        mine = ids[self.rank * per_rank : (self.rank + 1) * per_rank]
+        return [
+            [self.items[int(i)] for i in mine[start : start + self.micro_batch_size]]
+            for start in range(0, per_rank, self.micro_batch_size)
+        ]
+
+    def _take(self, count: int) -> np.ndarray:
+        taken = []
+        while count:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.items))
+            chunk = order[self.index : self.index + count]
+            taken.append(chunk)
+            count -= len(chunk)
+            self.index += len(chunk)
+            if self.index == len(self.items):
+                self.epoch, self.index = self.epoch + 1, 0
+        return np.concatenate(taken)

@@ -1,0 +1,32 @@
+"""The settings every training step's Config shares: precision, how often it validates and saves, threads.
+
+A training step declares `class Config(TrainingSettings)` and adds its own fields (inputs, steps,
+learning rate, ...); a step that wants another default redefines the field. `TrainingRun` reads these
+names. torch-free, so a step's `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass
+class TrainingSettings:
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """bf16 autocast for forward passes (weights and optimizer stay fp32)."""
+    eval_every: int = 20
+    """Measure the validation loss every this many steps (and at the last step)."""
+    checkpoint_every: int = 20
+    """Save a checkpoint every this many steps (and at the last step); a killed run resumes from the newest."""
+    keep_last: int = 2
+    """How many checkpoints to keep; older ones are deleted."""
+    num_threads: int | None = None
+    """torch threads per process; default 1 at tiny (tiny matmuls do not gain from more), else torch's."""
+    output_dir: Path = Path("runs/training")
+    """Where the step writes its checkpoints, metrics, final model folder and artifact."""
+    scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
+    seed: int = 0
+    """Seeds every random choice of the run: same config and seed, same weights (on CPU)."""

@@ -1,0 +1,65 @@
+"""Shared test builders: real tiny inputs (tokenizers, models, checkpoint artifacts) that several test
+modules need. Import them with `from builders import ...` (tests/ is on sys.path under pytest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint
+
+# The nano2 tiny shape, narrowed so a test trains it in seconds.
+SMALL_MODEL = dict(hidden_size=48, intermediate_size=96, mamba_num_heads=2, mamba_head_dim=48, head_dim=24,
+                   num_attention_heads=2, num_key_value_heads=1, ssm_state_size=8, chunk_size=32)
+
+
+def chatterbot_texts() -> list[str]:
+    from nemotron.data_prep.sources import read_chatterbot
+
+    conversations, _ = read_chatterbot()
+    return ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
+
+
+def save_tokenizer_without_chat_tokens(folder: Path) -> None:
+    """A byte-level BPE with pad/bos/eos but no <|im_start|>/<|im_end|>: a plain pretraining tokenizer."""
+    from tokenizers import pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from nemotron.data_prep.tokenizer import build_bpe_tokenizer
+
+    tokenizer = build_bpe_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(chatterbot_texts(), trainer=trainer)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        chat_template=NANO2_CHAT_TEMPLATE,
+    ).save_pretrained(str(folder))
+
+
+def make_pretrain_checkpoint(
+    root: Path, scale: str = "tiny", chat_tokens: bool = True, chat_template: bool = True
+) -> PretrainCheckpoint:
+    """A PretrainCheckpoint whose model_dir holds a real tokenizer and a real (untrained) nano2 model."""
+    from nemotron.data_prep.tokenizer import train_tokenizer
+    from nemotron.models.nano2 import build_config, build_model
+
+    model_dir = root / "model"
+    if chat_tokens:
+        train_tokenizer(
+            chatterbot_texts(), 1024, model_dir, chat_template=NANO2_CHAT_TEMPLATE if chat_template else None
+        )
+    else:
+        save_tokenizer_without_chat_tokens(model_dir)
+    vocab_size = len(load_tokenizer(model_dir))
+    build_model(build_config("tiny", vocab_size), seed=0).save_pretrained(str(model_dir))
+    (root / "metrics.jsonl").write_text('{"loss": 6.0, "step": 1}\n')
+    return PretrainCheckpoint(
+        path=root, scale=scale, model_dir=model_dir, metrics_path=root / "metrics.jsonl",
+        training_loss=6.0, validation_loss=None, steps=1,
+    ).save()

@@ -1,0 +1,91 @@
+"""The library's layers: imports point down only, and a step imports only what it needs.
+
+    recipes/<model>/stage*/   steps           (evaluation steps are the only ones that use evaluation/)
+    evaluation/               metrics and harnesses
+    training/                 the training run, losses, samplers, compute setup
+    models/                   model configs, loading, "fits this model" checks
+    data_prep/                data: sources, filters, tokenizers, chat templates, formats
+    artifact/ trackers cli    the contract every step keeps
+
+Checked two ways: every `import` statement in the source (module level or inside a function) against
+the layer order, and each data-curation step imported in a fresh interpreter, which must not load
+torch or transformers (a data step should start in a fraction of a second and run on a machine
+without the model stack's import cost).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
+LAYERS = ["artifact", "trackers", "cli", "errors", "data_prep", "models", "training", "evaluation", "recipes"]
+BASE = {"artifact", "trackers", "cli", "errors", "__init__"}  # the contract: importable from anywhere
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports(path: Path) -> list[str]:
+    """Every nemotron module `path` imports, anywhere in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nemotron"):
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith("nemotron")]
+    return found
+
+
+SOURCES = sorted(SRC.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_point_down_only(path):
+    own = path.relative_to(SRC).parts[0].removesuffix(".py")
+    if own in BASE:
+        allowed = BASE
+    else:
+        allowed = BASE | set(LAYERS[: LAYERS.index(own) + 1])
+    wrong = [module for module in imports(path) if layer_of(module) not in allowed]
+    assert not wrong, f"{path.relative_to(SRC)} ({own}) imports {wrong}, which sit above it"
+
+
+STEPS = sorted((SRC / "recipes").glob("*/stage*/*.py"))
+
+
+@pytest.mark.parametrize("path", STEPS, ids=lambda p: str(p.relative_to(SRC)))
+def test_only_evaluation_steps_import_the_evaluation_package(path):
+    if path.name == "evaluation.py":
+        return
+    assert not [m for m in imports(path) if layer_of(m) == "evaluation"], path
+
+
+def test_the_layer_test_sees_every_step():
+    names = {p.name for p in STEPS}
+    assert {"data_curation.py", "training.py", "evaluation.py"} <= names and len(STEPS) >= 12
+
+
+CURATION_STEPS = [p for p in STEPS if p.name == "data_curation.py"]
+LIGHT = ["nemotron.recipes.nano2.artifacts", "nemotron.artifact", "nemotron.cli", "nemotron.recipes.orchestration",
+         "nemotron.recipes.nano2.__main__"]
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("nemotron", *path.relative_to(SRC).with_suffix("").parts))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [module_name(p) for p in CURATION_STEPS] + LIGHT)
+def test_data_steps_and_the_contract_import_neither_torch_nor_transformers(module):
+    probe = f"import sys, json; import {module}; print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == [], f"importing {module} loads {result.stdout.strip()}"

@@ -1,0 +1,59 @@
+"""Every step's command line: `--help` answers without loading the model stack, and every flag is explained.
+
+tyro builds each step's flags from its `Config` dataclass and shows the docstring under each field as
+the flag's help, so a field without one is an unexplained flag. `--help` must answer at once (a
+learner types it first): steps import torch and transformers inside `main`. How long it takes is
+measured by `benchmarks/bench_startup.py`, not asserted here.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
+STEP_FILES = sorted(SRC.glob("recipes/*/stage*/[!_]*.py"))
+ORCHESTRATORS = sorted(SRC.glob("recipes/*/__main__.py")) + sorted(SRC.glob("recipes/*/stage*/__main__.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(("nemotron", *(parts[:-1] if parts[-1] == "__main__" else parts)))
+
+
+def undocumented_fields(path: Path) -> list[str]:
+    missing = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Config":
+            for index, field in enumerate(node.body):
+                following = node.body[index + 1] if index + 1 < len(node.body) else None
+                documented = isinstance(following, ast.Expr) and isinstance(getattr(following, "value", None), ast.Constant)
+                if isinstance(field, ast.AnnAssign) and not documented:
+                    missing.append(field.target.id)
+    return missing
+
+
+@pytest.mark.parametrize("path", STEP_FILES + ORCHESTRATORS, ids=lambda p: str(p.relative_to(SRC)))
+def test_every_config_field_has_the_docstring_help_shows(path):
+    assert undocumented_fields(path) == [], f"{path.relative_to(SRC)}: Config fields without a docstring"
+
+
+def imported_modules(importtime_stderr: str) -> set[str]:
+    """Module names from `python -X importtime` output ("import time: self | cumulative | name")."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", sorted({module_name(p) for p in STEP_FILES + ORCHESTRATORS}))
+def test_help_exits_0_and_loads_neither_torch_nor_transformers(module):
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage:") and "--output-dir" in result.stdout
+    loaded = imported_modules(result.stderr)
+    assert "nemotron.cli" in loaded  # the probe sees our own imports...
+    assert not loaded & {"torch", "transformers"}, f"{module} --help imports torch or transformers"  # ...not these
