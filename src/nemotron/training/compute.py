@@ -2,7 +2,7 @@
 
 This is the one module that decides how a step uses the machine:
 - `setup_distributed()`: one process, or one of many under torchrun (DDP);
-- `torch_threads(scale, num_threads)`: how many intra-op threads a process uses;
+- `allowed_cores()`, `torch_threads(num_threads)`: how many intra-op threads a process uses;
 - `evaluation_threads(...)`: the same rule for a block of evaluation code;
 - `seed_everything(seed)`: Python, NumPy and torch RNGs, and deterministic CPU float math;
 - `check_trainable_here(...)`: refuse a model that the plain loop cannot train on this machine.
@@ -27,8 +27,7 @@ intra-op threads, but that is not guaranteed in general (a different thread coun
 reduction differently), so keep the thread count fixed when comparing runs. `seed_everything` also
 flushes denormal floats to zero (`torch.set_flush_denormal(True)`): tiny values that appear as a model
 fits its data can make x86 float math many times slower, and flushing is itself deterministic.
-Throughput: on a machine shared with other busy processes, fewer threads are faster (measured 3-4x
-for tiny with 1 thread instead of 2 under load), because OpenMP threads spin-wait for each other.
+Throughput: see `torch_threads` for the measured thread policy.
 """
 
 from __future__ import annotations
@@ -124,23 +123,49 @@ def seed_everything(seed: int) -> None:
     torch.set_flush_denormal(True)
 
 
-def torch_threads(scale: str, num_threads: int | None = None) -> int:
-    """The torch thread count a step should use: `num_threads` if given, else 1 at tiny, else torch's.
+def allowed_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota if one is set.
 
-    A tiny model's matmuls take microseconds, so sharing them between threads costs more in hand-offs
-    than it gains, and on a busy machine a thread waiting for a descheduled sibling stalls every op
-    (benchmarks/bench_eval_threads.py). One thread also fixes the reduction order on any core count.
+    Not `os.cpu_count()`: in a container or under `taskset` the host's count overstates what the
+    process gets, and threads beyond it only wait for each other.
     """
-    if num_threads is not None and num_threads < 1:
-        raise NemotronError(f"num_threads={num_threads} must be at least 1; pass e.g. --num-threads 1")
-    return num_threads or (1 if scale == "tiny" else torch.get_num_threads())
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def torch_threads(num_threads: int | None = None, processes_here: int | None = None) -> int:
+    """The torch intra-op thread count of a process: `num_threads` if given, else its share of the cores.
+
+    The rule: the cores this process may use (`allowed_cores`) split evenly between the processes on
+    this machine (torchrun's LOCAL_WORLD_SIZE), at least one. Measured on an idle 2-core machine
+    (benchmarks/bench_compute_policy.py, nano2 tiny stage-0 step): 1 process x 2 threads trains 1.5x
+    faster than 1 x 1, and 2 processes x 1 thread (DDP) is no faster than 1 x 2, so one process using
+    every core is the default layout. On a machine busy with other work fewer threads can be faster
+    (OpenMP threads spin-wait for descheduled siblings): pass `--num-threads 1` there. Results are
+    bitwise reproducible for a fixed thread count; a different count may round reductions differently.
+    """
+    if num_threads is not None:
+        if num_threads < 1:
+            raise NemotronError(f"num_threads={num_threads} must be at least 1; pass e.g. --num-threads 1")
+        return num_threads
+    processes = processes_here or _env_int("LOCAL_WORLD_SIZE") or 1
+    return max(1, allowed_cores() // processes)
 
 
 @contextmanager
-def evaluation_threads(scale: str, num_threads: int | None = None) -> Iterator[int]:
+def evaluation_threads(num_threads: int | None = None) -> Iterator[int]:
     """Run the block with the thread count `torch_threads` chooses; the previous count is restored."""
     previous = torch.get_num_threads()
-    chosen = torch_threads(scale, num_threads)
+    chosen = torch_threads(num_threads)
     torch.set_num_threads(chosen)
     try:
         yield chosen

@@ -94,7 +94,7 @@ class TrainingRun:
         # --- compute: processes, threads, seeds ---
         self.info = setup_distributed()
         seed_everything(config.seed)
-        torch.set_num_threads(torch_threads(config.scale, config.num_threads))
+        torch.set_num_threads(torch_threads(config.num_threads))
         if not self.info.is_main:
             sys.stdout = open(os.devnull, "w")  # one artifact JSON on stdout per job, from rank 0
         self.identity = {"config": run_settings(config), "inputs": [artifact.digest for artifact in self.inputs]}
@@ -124,13 +124,19 @@ class TrainingRun:
         check_trainable_here(self.config.scale, parameters, self.info.world_size)
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
 
-    def prepare(self, model: nn.Module) -> tuple[DistributedDataParallel | None, Any]:
-        """Put `model` on this process's device in training mode; returns (its DDP wrapper under
-        torchrun, else None; the autocast context of `--precision`: bf16, or a no-op for fp32)."""
+    def prepare(self, model: nn.Module) -> tuple[nn.Module, DistributedDataParallel | None, Any]:
+        """Put `model` on this process's device in training mode. Returns (what to call for the forward
+        pass: the model, its DDP wrapper under torchrun, compiled with `--compile`; the DDP wrapper or
+        None, for `no_sync`; the autocast context of `--precision`: bf16, or a no-op for fp32)."""
         model.to(self.device).train()
         ddp = DistributedDataParallel(model) if self.info.is_distributed else None
+        forward = ddp or model
+        if self.config.compile:
+            # dynamic=None: compile for the first shape seen, then once more with dynamic shapes if
+            # lengths vary (packed SFT rows, DPO pairs), instead of recompiling for every length.
+            forward = torch.compile(forward)
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16")
-        return ddp, autocast
+        return forward, ddp, autocast
 
     def resume(self, model: nn.Module, optimizer, scheduler, data, tokenizer) -> LoopState:
         """Continue from the newest checkpoint of the output folder, if any; returns the loop state.

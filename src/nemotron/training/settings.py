@@ -16,6 +16,9 @@ from typing import Literal
 class TrainingSettings:
     precision: Literal["fp32", "bf16"] = "fp32"
     """bf16 autocast for forward passes (weights and optimizer stay fp32)."""
+    compile: bool = False
+    """torch.compile the model (inductor) before training. Off by default: at tiny, compiling takes
+    longer than it saves within the run (benchmarks/bench_compile.py prints the break-even step)."""
     eval_every: int = 20
     """Measure the validation loss every this many steps (and at the last step)."""
     checkpoint_every: int = 20
@@ -23,7 +26,8 @@ class TrainingSettings:
     keep_last: int = 2
     """How many checkpoints to keep; older ones are deleted."""
     num_threads: int | None = None
-    """torch threads per process; default 1 at tiny (tiny matmuls do not gain from more), else torch's."""
+    """torch threads per process; default: the cores this process may use, split between the processes
+    of this machine (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/training")
     """Where the step writes its checkpoints, metrics, final model folder and artifact."""
     scale: str = "tiny"

@@ -82,7 +82,7 @@ class Config:
     max_new_tokens: int | None = None
     """Tokens per greedy sample; default per scale (tiny 48)."""
     num_threads: int | None = None
-    """torch threads; default 1 at tiny (see nemotron.training.compute.evaluation_threads)."""
+    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/evaluation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
@@ -125,7 +125,7 @@ def main(config: Config) -> PretrainResults:
         raise NemotronError(f"{dataset.path}: the dataset has no {config.split} shards; pass --split valid")
     max_tokens = config.max_tokens or apply_scale(FULL_EVAL_TOKENS, config.scale)
 
-    with evaluation_threads(config.scale, config.num_threads):
+    with evaluation_threads(config.num_threads):
         # --- model: held-out loss of the checkpoint's Hugging Face folder ---
         model, tokenizer = load_model(checkpoint.model_dir)
         windows = heldout_windows(prefixes, seq_len, max_tokens)

@@ -122,8 +122,7 @@ def main(config: Config) -> PretrainCheckpoint:
     check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
     model = build_model(model_config, seed=config.seed)
-    ddp, autocast = run.prepare(model)  # on the device, training mode; DDP wrapper under torchrun
-    forward = ddp or model
+    forward, ddp, autocast = run.prepare(model)  # on the device, training mode; DDP under torchrun
     if run.is_main:
         print(f"nano2 {config.scale}: {count_parameters(model) / 1e6:.2f}M parameters, "
               f"{describe_pattern(model_config.hybrid_override_pattern)}", file=sys.stderr)

@@ -88,7 +88,7 @@ class Config:
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
     num_threads: int | None = None
-    """torch threads; default 1 at tiny (see nemotron.training.compute.evaluation_threads)."""
+    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
@@ -127,7 +127,7 @@ def main(config: Config) -> SFTResults:
 
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
     metrics: dict = {}
-    with evaluation_threads(config.scale, config.num_threads):
+    with evaluation_threads(config.num_threads):
         for name, source in (("base", base), ("sft", checkpoint)):
             model, tokenizer = load_model(source.model_dir)
             nll, num_tokens = completion_nll(model, tokenizer, conversations, batch_size=config.batch_size)

@@ -142,8 +142,7 @@ def main(config: Config) -> SFTCheckpoint:
                largest_id=max(int(row.input_ids.max()) for row in rows), longest=max(len(row.input_ids) for row in rows),
                fix="re-run data curation from this checkpoint (its tokenizer, a --pack-size within its context)")
     model = run.load_model(base.model_dir)
-    ddp, autocast = run.prepare(model)  # on the device, training mode; DDP wrapper under torchrun
-    forward = ddp or model
+    forward, ddp, autocast = run.prepare(model)  # on the device, training mode; DDP under torchrun
     optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW, warmup + cosine decay
 
     # --- data: seeded epochs over the packed rows ---

@@ -73,7 +73,7 @@ class Config:
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
     num_threads: int | None = None
-    """torch threads; default 1 at tiny (see nemotron.training.compute.evaluation_threads)."""
+    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
@@ -117,7 +117,7 @@ def main(config: Config) -> DPOResults:
 
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
     logps, metrics = {}, {}
-    with evaluation_threads(config.scale, config.num_threads):
+    with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
             model, tokenizer = load_model(source.model_dir)
             prompts, chosen, rejected = tokenize_pairs(tokenizer, pairs)

@@ -145,8 +145,7 @@ def main(config: Config) -> DPOCheckpoint:
 
     # --- model: the policy starts as the SFT model ---
     model = run.load_model(sft.model_dir)
-    ddp, autocast = run.prepare(model)  # on the device, training mode; DDP wrapper under torchrun
-    forward = ddp or model
+    forward, ddp, autocast = run.prepare(model)  # on the device, training mode; DDP under torchrun
     optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW, warmup + cosine decay
 
     # --- data: seeded shuffled batches of pair indices ---
