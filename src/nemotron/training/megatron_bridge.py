@@ -387,29 +387,31 @@ class _DataRoot:
         relative = path.relative_to(self.artifact_dir) if path.is_relative_to(self.artifact_dir) else path.name
         return f"{self.root}/{self.stage}/{self.artifact_dir.name}/{relative}"
 
-    def _add(self, local: Path) -> str:
-        remote = self.remote(local)
+    def _add(self, local: Path, remote: str) -> None:
         if [str(local), remote] not in self.upload:
             self.upload.append([str(local), remote])
-        return remote
 
     def prefix(self, prefix: Path | str) -> str:
         """A bin/idx prefix: Megatron-Core reads it in place, on a filesystem or on S3."""
+        remote = self.remote(prefix)
         for suffix in (".bin", ".idx"):
-            self._add(Path(f"{prefix}{suffix}").resolve())
-        return self.remote(prefix)
+            self._add(Path(f"{prefix}{suffix}").resolve(), remote + suffix)
+        return remote
 
     def local(self, path: Path | str, folder: bool = False) -> str:
         """A file or folder the trainer opens with ordinary file I/O: staged into cache/ from S3."""
         path = Path(path).resolve()
-        for file in sorted(p for p in path.rglob("*") if p.is_file()) if folder else [path]:
-            self._add(file)
         remote = self.remote(path)
-        if not self.is_object_store:
-            return remote
-        cached = "cache/" + remote.removeprefix(self.root + "/")
-        self.stage_in.append([remote, cached])
-        return cached
+        files = ([(file, f"{remote}/{file.relative_to(path).as_posix()}")
+                  for file in sorted(p for p in path.rglob("*") if p.is_file())] if folder else [(path, remote)])
+        for file, remote_file in files:
+            self._add(file, remote_file)
+            if self.is_object_store:
+                self.stage_in.append([remote_file, self._cached(remote_file)])
+        return self._cached(remote) if self.is_object_store else remote
+
+    def _cached(self, remote: str) -> str:
+        return "cache/" + remote.removeprefix(self.root + "/")
 
 
 def _torchrun_script(plan: LaunchPlan, settings: MegatronBridgeLaunch) -> str:
