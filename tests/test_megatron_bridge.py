@@ -235,6 +235,9 @@ def test_without_megatron_bridge_the_launch_fails_in_one_line_before_any_work(ar
         pytest.skip("Megatron-Bridge is installed here")
     except ImportError:
         pass
+    with pytest.raises(NemotronError, match="Megatron-Bridge is not installed"):
+        mb.preflight(CLUSTER, dry_run=False)
+    mb.preflight(CLUSTER, dry_run=True)  # a dry run needs only the flags
     plan, _ = run_folders(artifacts, tmp_path)
     with pytest.raises(NemotronError, match=r"pip install 'nemotron\[megatron\]'") as error:
         mb.launch(plan, dry_run=False)

@@ -8,10 +8,11 @@ Megatron-Bridge recipe function on our data.
     from nemotron.training.megatron_bridge import MegatronBridgeLaunch, Schedule, write_run_folder, launch
 
     settings = MegatronBridgeLaunch(data_root="s3://bucket/prefix", nodes=4, gpus_per_node=8)
+    preflight(settings, dry_run)     # once, first: missing flags or Megatron-Bridge are one line, before any work
     schedule = Schedule(seq_length=8192, train_iters=100_000, micro_batch_size=1, global_batch_size=768,
                         lr=3e-4, min_lr=3e-5, warmup_iters=2000)
     plan = write_run_folder("pretrain", dataset, "full", schedule, settings, out=Path("runs/.../megatron_bridge"))
-    launch(plan, dry_run=True)      # prints the configuration and the commands on stderr; imports nothing
+    launch(plan, dry_run)           # dry run: the configuration and the commands on stderr, nothing imported
 
 `kind` is "pretrain" (`dataset` is a PretrainDataset: `tokenizer_dir`, `train/valid/test_prefixes`,
 `vocab_size`, `path`) or "sft" (an SFTDataset: `tokenizer_dir`, `train_packed`, `valid_packed`,
@@ -461,6 +462,14 @@ def _sbatch_script(plan: LaunchPlan, settings: MegatronBridgeLaunch) -> str:
 # ---------------------------------------------------------------------------------------------------
 # Launch, train, export: the only places that import Megatron-Bridge
 # ---------------------------------------------------------------------------------------------------
+
+
+def preflight(settings: MegatronBridgeLaunch, dry_run: bool) -> None:
+    """Call once before any stage runs: the flags are complete and, unless dry-running, Megatron-Bridge
+    imports; so `--scale full` without it fails in one line before doing any work."""
+    check_settings(settings)
+    if not dry_run:
+        require_megatron_bridge()
 
 
 def require_megatron_bridge() -> None:
