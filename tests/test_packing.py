@@ -141,7 +141,7 @@ def test_file_is_zstd_with_the_bridge_schema(tmp_path):
     )
     parquet = pq.ParquetFile(tmp_path / "p.parquet")
     assert str(parquet.schema_arrow.field("input_ids").type) == "list<element: int32>"
-    assert str(parquet.schema_arrow.field("loss_mask").type) == "list<element: uint8>"
+    assert str(parquet.schema_arrow.field("loss_mask").type) == "list<element: int8>"
     assert str(parquet.schema_arrow.field("seq_start_id").type) == "list<element: int32>"
     assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
 
@@ -178,7 +178,7 @@ def write_raw(path, input_ids, loss_mask, seq_start_id, mask_type=None):
     table = pa.table(
         {
             "input_ids": pa.array(input_ids, pa.list_(pa.int32())),
-            "loss_mask": pa.array(loss_mask, pa.list_(mask_type or pa.uint8())),
+            "loss_mask": pa.array(loss_mask, pa.list_(mask_type or pa.int8())),
             "seq_start_id": pa.array(seq_start_id, pa.list_(pa.int32())),
         }
     )

@@ -23,7 +23,7 @@ The packed Parquet format (Megatron-Bridge's `GPTSFTPackedParquetDataset` column
     seq_start_id  list<int32>  the offset where each conversation starts: [0, L0, L0+L1, ...].
                                Starts at 0, strictly increasing, every start < len(input_ids); the last
                                conversation ends at len(input_ids).
-    loss_mask     list<uint8>  ALREADY SHIFTED to the labels: loss_mask[i] == 1 means "predicting token
+    loss_mask     list<int8>   ALREADY SHIFTED to the labels: loss_mask[i] == 1 means "predicting token
                                i+1 from position i counts". Within a conversation with unshifted mask m
                                (m[j] = 1 when token j is an assistant target, see chat_template.py):
                                loss_mask[s+j] = m[j+1]. The last position of every conversation is 0,
@@ -67,10 +67,11 @@ OVERFLOW_POLICIES = ("truncate", "drop")
 SCHEMA = pa.schema(
     [
         ("input_ids", pa.list_(pa.int32())),
-        ("loss_mask", pa.list_(pa.uint8())),
+        ("loss_mask", pa.list_(pa.int8())),  # int8 as Megatron-Bridge's write_packed_parquet writes it
         ("seq_start_id", pa.list_(pa.int32())),
     ]
 )
+LEGACY_TYPES = {"loss_mask": pa.list_(pa.uint8())}  # files written before the switch to int8 still read
 PACK_SIZE_KEY = b"nemotron.pack_size"  # stored in the Parquet schema metadata so the reader can check rows
 ROW_GROUP_SIZE = 1024
 
@@ -101,7 +102,7 @@ class PackedRow:
     """One pack: tokens, shifted loss mask and conversation starts (see the module docstring)."""
 
     input_ids: np.ndarray  # int32
-    loss_mask: np.ndarray  # uint8
+    loss_mask: np.ndarray  # int8
     seq_start_id: np.ndarray  # int32
 
     def cu_seqlens(self) -> np.ndarray:
@@ -199,8 +200,8 @@ def plan_packs(
 
 def shift_loss_mask(loss_mask: Sequence[int]) -> np.ndarray:
     """Token-aligned mask (m[j]: token j is a target) -> label-aligned (out[j] = m[j+1], last = 0)."""
-    shifted = np.zeros(len(loss_mask), dtype=np.uint8)
-    shifted[:-1] = np.asarray(loss_mask, dtype=np.uint8)[1:]
+    shifted = np.zeros(len(loss_mask), dtype=np.int8)
+    shifted[:-1] = np.asarray(loss_mask, dtype=np.int8)[1:]
     return shifted
 
 
@@ -273,7 +274,7 @@ def _fill_row(members: list[tuple[np.ndarray, np.ndarray]]) -> PackedRow:
     lengths = [len(ids) for ids, _ in members]
     return PackedRow(
         input_ids=np.concatenate([ids for ids, _ in members]).astype(np.int32),
-        loss_mask=np.concatenate([mask for _, mask in members]).astype(np.uint8),
+        loss_mask=np.concatenate([mask for _, mask in members]).astype(np.int8),
         seq_start_id=np.cumsum([0, *lengths[:-1]]).astype(np.int32),
     )
 
@@ -294,7 +295,7 @@ def write_packed_parquet(rows: Sequence[PackedRow], path: Path | str, pack_size:
         _check_row(row, index, pack_size, where=str(path))
     columns = [
         _list_array([row.input_ids for row in rows], pa.int32()),
-        _list_array([row.loss_mask for row in rows], pa.uint8()),
+        _list_array([row.loss_mask for row in rows], pa.int8()),
         _list_array([row.seq_start_id for row in rows], pa.int32()),
     ]
     schema = SCHEMA.with_metadata({PACK_SIZE_KEY: str(pack_size).encode()})
@@ -340,7 +341,7 @@ def read_packed(path: Path | str, pack_size: int | None = None) -> list[PackedRo
     for field in SCHEMA:
         if field.name not in table.column_names:
             raise NemotronError(f"{path}: column {field.name!r} is missing; expected columns {SCHEMA.names}")
-        if table.schema.field(field.name).type != field.type:
+        if table.schema.field(field.name).type not in (field.type, LEGACY_TYPES.get(field.name)):
             raise NemotronError(
                 f"{path}: column {field.name!r} has type {table.schema.field(field.name).type}, "
                 f"expected {field.type}; re-create the file with pack_to_parquet"
