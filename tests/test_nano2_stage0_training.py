@@ -237,12 +237,16 @@ def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(
 
 
 def test_full_scale_and_models_too_large_for_this_machine_are_refused_before_any_work(dataset, tmp_path):
-    # The published 8.89B shape is Megatron-Bridge's job on a GPU cluster, never this loop's.
+    # The published 8.89B shape is Megatron-Bridge's job on a GPU cluster, never this loop's: at full
+    # scale the step hands off, and without the cluster flags it says which ones it needs.
     full = _copy_dataset(dataset, tmp_path / "full")
     metadata = full.path / "metadata.json"
     metadata.write_text(metadata.read_text().replace('"scale": "tiny"', '"scale": "full"'))
-    with pytest.raises(NemotronError, match=r"--scale full is the published \d+\.\d\dB-parameter model .* Megatron-Bridge"):
+    with pytest.raises(NemotronError, match=r"Megatron-Bridge hand-off needs --data-root, --nodes, --gpus-per-node"):
         main(Config(dataset_path=full.path, output_dir=tmp_path / "out_full", scale="full"))
+    # ...and the plain loop itself refuses the full shape if asked to run it.
+    with pytest.raises(NemotronError, match=r"--scale full is the published \d+\.\d\dB-parameter model .* Megatron-Bridge"):
+        main(Config(dataset_path=full.path, output_dir=tmp_path / "out_full", scale="full", engine="plain"))
     # Any other model whose weights, gradients and AdamW state exceed this machine's memory, likewise.
     huge = ("hidden_size=16384", "intermediate_size=65536", "hybrid_override_pattern=" + "-" * 40)
     with pytest.raises(NemotronError, match=r"GiB but this process may use .* Megatron-Bridge"):

@@ -497,6 +497,42 @@ def launch(plan: LaunchPlan, dry_run: bool) -> None:
     subprocess.run(command, cwd=plan.run_folder, check=True)
 
 
+def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps: int, seq_length: int,
+             init_checkpoint: str | None = None) -> Any:
+    """What a training step does instead of its loop at scale: write the run folder, launch it (or, with
+    `--dry-run`, print it), and save a `MegatronBridgeRun` artifact in the step's output folder.
+
+    `config` is the step's Config (`TrainingSettings` fields plus micro_batch_size, grad_accum_steps,
+    lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip); the global batch is the step's
+    micro batch x accumulation x the data-parallel ranks of the cluster.
+    """
+    from nemotron.training.artifacts import MegatronBridgeRun
+
+    settings = MegatronBridgeLaunch(data_root=config.data_root, nodes=config.nodes,
+                                    gpus_per_node=config.gpus_per_node, container_image=config.container_image)
+    preflight(settings, config.dry_run)
+    tp = RECIPE_TENSOR_PARALLEL if config.scale == "full" else 1
+    data_parallel = max(1, settings.nodes * settings.gpus_per_node // tp)
+    schedule = Schedule(
+        seq_length=seq_length, train_iters=steps, micro_batch_size=config.micro_batch_size,
+        global_batch_size=config.micro_batch_size * config.grad_accum_steps * data_parallel, lr=config.lr,
+        min_lr=config.lr * config.min_lr_ratio,
+        warmup_iters=steps // 10 if config.warmup_steps is None else config.warmup_steps,
+        weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_interval=config.eval_every,
+        save_interval=config.checkpoint_every, seed=config.seed,
+    )
+    out = Path(config.output_dir)
+    plan = write_run_folder(kind, dataset, config.scale, schedule, settings, out / "megatron_bridge", init_checkpoint)
+    launch(plan, config.dry_run)
+    return MegatronBridgeRun(
+        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[dataset],
+        run_dir=out / "megatron_bridge", recipe=f"{plan.recipe_module}.{plan.recipe_function}",
+        checkpoint_location=plan.overrides["checkpoint"]["save"], launched=not config.dry_run,
+        metrics={"train_iters": steps, "global_batch_size": schedule.global_batch_size,
+                 "tensor_parallel": tp, "gpus": settings.nodes * settings.gpus_per_node},
+    ).save()
+
+
 def train(run_folder: Path) -> None:
     """Under torchrun on the cluster: the recipe's ConfigContainer + overrides.yaml -> pretrain/finetune."""
     require_megatron_bridge()

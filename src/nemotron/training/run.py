@@ -66,7 +66,8 @@ A = TypeVar("A", bound=Artifact)
 # moments (Kingma & Ba, 2015, section 3) so the first steps are not pulled towards zero.
 EMA_DECAY = 0.9
 # Settings that only change what is logged or saved, or how fast: a resumed run may change them.
-NOT_PART_OF_THE_RUN = ("eval_every", "checkpoint_every", "keep_last", "num_threads")
+NOT_PART_OF_THE_RUN = ("eval_every", "checkpoint_every", "keep_last", "num_threads", "engine", "dry_run",
+                       "data_root", "nodes", "gpus_per_node", "container_image")
 
 
 @dataclass

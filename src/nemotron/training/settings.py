@@ -2,7 +2,8 @@
 
 A training step declares `class Config(TrainingSettings)` and adds its own fields (inputs, steps,
 learning rate, ...); a step that wants another default redefines the field. `TrainingRun` reads these
-names. torch-free, so a step's `--help` stays fast.
+names, and so does `nemotron.training.megatron_bridge.hand_off` (the engine and cluster fields).
+torch-free, so a step's `--help` stays fast.
 """
 
 from __future__ import annotations
@@ -28,9 +29,29 @@ class TrainingSettings:
     num_threads: int | None = None
     """torch threads per process; default: the cores this process may use, split between the processes
     of this machine (nemotron.training.compute.torch_threads)."""
+    engine: Literal["plain", "megatron-bridge"] | None = None
+    """Who trains: `plain` is this step's own loop; `megatron-bridge` writes a Megatron-Bridge run folder
+    for a GPU cluster instead (docs/run-a-recipe.md, "At scale"). Default: plain, megatron-bridge at full."""
+    dry_run: bool = False
+    """With megatron-bridge: write the run folder and print the configuration and commands; start nothing."""
+    data_root: str | None = None
+    """With megatron-bridge: where the cluster reads our data, a shared absolute path or s3://bucket/prefix."""
+    nodes: int | None = None
+    """With megatron-bridge: the number of nodes."""
+    gpus_per_node: int | None = None
+    """With megatron-bridge: GPUs per node."""
+    container_image: str | None = None
+    """With megatron-bridge: the container Slurm runs the job in (pyxis); none: the nodes' own Python."""
     output_dir: Path = Path("runs/training")
     """Where the step writes its checkpoints, metrics, final model folder and artifact."""
     scale: str = "tiny"
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds every random choice of the run: same config and seed, same weights (on CPU)."""
+
+    @property
+    def hands_off(self) -> bool:
+        """True when Megatron-Bridge trains instead of this step's loop: `--engine megatron-bridge`, or
+        `--scale full` with no engine given (the published model is never trained by the plain loop)."""
+        return self.engine == "megatron-bridge" or (self.engine is None and self.scale == "full")
+

@@ -9,6 +9,9 @@ Three stages, nine steps, called as plain functions; each stage's artifacts feed
   stage1_sft        data_curation -> training -> evaluation    (SFTDataset, SFTCheckpoint, SFTResults)
   stage2_alignment  data_curation -> training -> evaluation    (PreferenceDataset, DPOCheckpoint, DPOResults)
 
+At `--scale full` the training steps hand their work to Megatron-Bridge on a GPU cluster instead
+(`at_scale.py`; `--dry-run --data-root s3://bucket/prefix --nodes 4 --gpus-per-node 8` prints the plan).
+
 At the end a report card is written to `<output-dir>/report/report.md` (see report.py). Re-running
 skips every step whose output is already there with the same config and inputs; an interrupted
 training step resumes from its last checkpoint. Every knob of every step is a flag:
@@ -20,8 +23,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from nemotron.cli import run
+from nemotron.recipes.nano2 import at_scale
 from nemotron.recipes.nano2.report import write_report
 from nemotron.recipes.nano2.stage0_pretrain import __main__ as stage0
 from nemotron.recipes.nano2.stage1_sft import __main__ as stage1
@@ -40,6 +45,19 @@ class Config:
     """Seeds every random choice of the run: same config and seed, same bytes."""
     force: bool = False
     """Re-run steps even when their output is up to date."""
+    engine: Literal["plain", "megatron-bridge"] | None = None
+    """Who trains: the steps' own loops (plain) or Megatron-Bridge on a GPU cluster; default: plain, and
+    megatron-bridge at --scale full (see at_scale.py)."""
+    dry_run: bool = False
+    """With megatron-bridge: prepare the data and write the run folders, print the plan, start nothing."""
+    data_root: str | None = None
+    """With megatron-bridge: where the cluster reads our data (a shared absolute path or s3://bucket/prefix)."""
+    nodes: int | None = None
+    """With megatron-bridge: the number of nodes."""
+    gpus_per_node: int | None = None
+    """With megatron-bridge: GPUs per node."""
+    container_image: str | None = None
+    """With megatron-bridge: the container Slurm runs the job in (pyxis); none: the nodes' own Python."""
     stage0: stage0.Config = field(default_factory=stage0.Config)
     """Settings of stage 0's steps (see its `__main__ --help`)."""
     stage1: stage1.Config = field(default_factory=stage1.Config)
@@ -49,6 +67,8 @@ class Config:
 
 
 def main(config: Config) -> dict:
+    if config.engine == "megatron-bridge" or (config.engine is None and config.scale == "full"):
+        return at_scale.main(config)
     shared = dict(scale=config.scale, seed=config.seed, force=config.force)
     out = config.output_dir
 

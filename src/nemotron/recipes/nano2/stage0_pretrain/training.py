@@ -24,8 +24,13 @@ Supports:
   loss as an uninterrupted run (bitwise on CPU);
 - DDP under torchrun (Gloo on CPU, NCCL on GPU): each rank takes its slice of every global batch.
 
-Refuses, before training: `--scale full` and any model whose weights and optimizer state would not fit
-in this machine's memory (that is Megatron-Bridge's job on a GPU cluster); shards that are missing or
+At `--scale full` (or with `--engine megatron-bridge`) the step does not train: it writes a Megatron-Bridge
+run folder for the `nemotron_nano_9b_v2` pretraining recipe, filled from the dataset and these settings,
+and launches it (`--dry-run`: prints it) with `--data-root`, `--nodes`, `--gpus-per-node`
+(`nemotron.training.megatron_bridge`); its artifact is a `MegatronBridgeRun`.
+
+Refuses, before training: any model whose weights and optimizer state would not fit in this machine's
+memory (use Megatron-Bridge for those); shards that are missing or
 truncated; a sequence length beyond the model's `max_position_embeddings`; token ids beyond the
 model's vocabulary; resuming a folder that holds a checkpoint of another architecture or of a run with
 other settings or inputs; inputs of another scale.
@@ -46,6 +51,7 @@ from pathlib import Path
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
+from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import TrainingSettings
 
 # Optimizer steps and window length per scale. Tiny: ~1.5 CPU minutes, ~0.4 epochs of Shakespeare.
@@ -93,7 +99,7 @@ class Config(TrainingSettings):
     """Seeds the weights and the order of the windows."""
 
 
-def main(config: Config) -> PretrainCheckpoint:
+def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     import contextlib
 
     import torch
@@ -104,13 +110,18 @@ def main(config: Config) -> PretrainCheckpoint:
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.nano2 import build_config, build_model, count_parameters, describe_pattern
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.windows import TokenWindows, windows_loss
 
-    # --- inputs and compute init ---
+    # --- inputs; at scale, a GPU cluster trains instead of this loop ---
     dataset = PretrainDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
     steps = config.steps or STEPS[config.scale]
+    if config.hands_off:
+        return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale])
+
+    # --- compute init ---
     run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
 

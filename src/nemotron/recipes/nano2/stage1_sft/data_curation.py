@@ -59,7 +59,7 @@ from nemotron.data_prep.splits import SPLITS, split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.models.loading import ModelLimits, check_fits
-from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTDataset
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset, SFTDataset
 
 # "Full" reads up to a million conversations; apply_scale gives tiny 10,000 (all of chatterbot).
 FULL_CONVERSATIONS = 1_000_000
@@ -77,6 +77,9 @@ class Config:
     """A stage-0 PretrainCheckpoint folder; default: read it from stdin."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `pretraincheckpoint:latest`."""
+    pretrain_dataset_path: Path | None = None
+    """Instead of a checkpoint, at scale: the stage-0 PretrainDataset, whose tokenizer the model will have
+    (the SFT data is made before Megatron-Bridge has trained the stage-0 model)."""
     use_chatterbot: bool = True
     """Include the offline chatterbot corpus."""
     extra_pool_path: tuple[Path, ...] = ()
@@ -99,18 +102,26 @@ class Config:
 
 def main(config: Config) -> SFTDataset:
     # --- setup: the stage-0 checkpoint and its tokenizer ---
-    checkpoint = PretrainCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
-    )
-    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    tokenizer = load_tokenizer(checkpoint.model_dir)
-    check_chat_tokenizer(tokenizer, checkpoint.model_dir)
     pack_size = config.pack_size or PACK_SIZES[config.scale]
-    limits = ModelLimits.from_folder(checkpoint.model_dir)
-    check_fits(limits, where=str(checkpoint.model_dir), largest_id=len(tokenizer) - 1,
-               fix="the folder mixes a tokenizer and a model that do not belong together")
-    check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
-               fix=f"pass --pack-size {limits.context} or smaller")
+    if config.pretrain_dataset_path is not None:
+        # At scale the stage-0 model is still to be trained on the cluster; its tokenizer is the one the
+        # stage-0 data was made with. The model's context is checked when Megatron-Bridge builds it.
+        checkpoint = PretrainDataset.load(path=config.pretrain_dataset_path, scale=config.scale)
+        tokenizer_dir = checkpoint.tokenizer_dir
+    else:
+        checkpoint = PretrainCheckpoint.load(
+            path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+        )
+        tokenizer_dir = checkpoint.model_dir
+    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
+    tokenizer = load_tokenizer(tokenizer_dir)
+    check_chat_tokenizer(tokenizer, tokenizer_dir)
+    if config.pretrain_dataset_path is None:
+        limits = ModelLimits.from_folder(checkpoint.model_dir)
+        check_fits(limits, where=str(checkpoint.model_dir), largest_id=len(tokenizer) - 1,
+                   fix="the folder mixes a tokenizer and a model that do not belong together")
+        check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
+                   fix=f"pass --pack-size {limits.context} or smaller")
 
     # --- data: gather the pools ---
     pools, source_skipped, sources = [], {}, []

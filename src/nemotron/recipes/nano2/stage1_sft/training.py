@@ -40,7 +40,9 @@ Refuses, before training: a tokenizer (checkpoint's or dataset's) without `<|im_
 as special tokens or without the nano2 chat template; a checkpoint whose tokenizer differs from the
 dataset's (ids would mean other tokens); token ids beyond the model's embedding or rows beyond its
 context; inputs of another scale; resuming a folder that holds a run with other settings or inputs;
-`--scale full` and any model too large for this machine's memory (Megatron-Bridge's job).
+any model too large for this machine's memory. At `--scale full` (or `--engine megatron-bridge`) it
+writes and launches a Megatron-Bridge run folder for the SFT recipe instead, starting from the stage-0
+`MegatronBridgeRun`'s checkpoint (`--checkpoint-path` then names that run).
 
 The bookkeeping (processes, seeds, resume, logging, checkpoints, the final artifact) is
 `nemotron.training.run.TrainingRun`; torch and transformers are imported inside `main`, so `--help`
@@ -56,6 +58,7 @@ from typing import Literal
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset
+from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import TrainingSettings
 
 # Optimizer steps per scale. Tiny: ~4 epochs over the ~130 packed chatterbot rows in ~30 s on 2 cores.
@@ -99,7 +102,7 @@ class Config(TrainingSettings):
     """Seeds the order of the packed rows."""
 
 
-def main(config: Config) -> SFTCheckpoint:
+def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     import contextlib
     import math
 
@@ -110,6 +113,7 @@ def main(config: Config) -> SFTCheckpoint:
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.packed_batches import (
         collate_packed,
@@ -122,12 +126,16 @@ def main(config: Config) -> SFTCheckpoint:
 
     # --- inputs: the dataset and the model it starts from, checked against each other ---
     dataset = SFTDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
+    steps = config.steps or STEPS[config.scale]
+    if config.hands_off:  # at scale: a GPU cluster fine-tunes the stage-0 Megatron checkpoint
+        stage0 = MegatronBridgeRun.load(path=config.checkpoint_path, reference=config.checkpoint_artifact,
+                                        scale=config.scale)
+        return hand_off("sft", config, dataset, steps, dataset.pack_size, stage0.checkpoint_location)
     piped = config.dataset_path is None and config.dataset_artifact is None
     base = load_upstream(
         PretrainCheckpoint, path=config.checkpoint_path, reference=config.checkpoint_artifact,
         scale=config.scale, made_from=[dataset], stdin=piped, flag="--checkpoint-path",
     )
-    steps = config.steps or STEPS[config.scale]
     run = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     base_tokenizer = load_tokenizer(base.model_dir)

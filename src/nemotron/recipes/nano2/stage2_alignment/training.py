@@ -39,8 +39,9 @@ Supports:
 - DDP under torchrun (Gloo on CPU, NCCL on GPU): each rank trains on its slice of every global batch;
   rank 0 computes the reference log-probs and the others read them; `--precision bf16` autocast.
 
-Refuses, before training starts: an SFT checkpoint of another scale; `--scale full` and models too
-large for this machine (Megatron-Bridge / NeMo-RL's job); a checkpoint whose tokenizer differs from the dataset's
+Refuses, before training starts: `--scale full` / `--engine megatron-bridge` (at scale DPO runs on
+NeMo-RL, not Megatron-Bridge: the error says what it needs); an SFT checkpoint of another scale; models
+too large for this machine; a checkpoint whose tokenizer differs from the dataset's
 (ids would mean other tokens); loss settings DPO does not define (label smoothing without the
 conservative variant, beta <= 0); resuming an output folder that holds a run with other settings or
 inputs; fewer training pairs than one global batch.
@@ -128,11 +129,14 @@ def main(config: Config) -> DPOCheckpoint:
         save_reference_logps,
     )
     from nemotron.training.logprobs import completion_logprobs, pair_logprobs
+    from nemotron.training.megatron_bridge import DPO_AT_SCALE
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler
 
     # --- inputs: the tokenized pairs and the SFT model, checked against each other ---
+    if config.hands_off:
+        raise NemotronError(DPO_AT_SCALE)
     check_dpo_settings(config.beta, config.loss_variant, config.label_smoothing)
     dataset = PreferenceDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
     sft = SFTCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)

@@ -1,0 +1,73 @@
+"""nano2 at scale: the recipe hands training to Megatron-Bridge, and says so in one line when it cannot.
+
+Megatron-Bridge cannot be installed on these CPU machines (CUDA, Transformer Engine), so these tests
+check what a user does before a cluster: the dry-run plan of every stage (real data prepared here, run
+folders whose overrides are checked against the Megatron-Bridge reference), and the one-line refusals.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+RECIPE = [sys.executable, "-m", "nemotron.recipes.nano2"]
+CLUSTER = ["--data-root", "s3://bucket/prefix", "--nodes", "4", "--gpus-per-node", "8"]
+
+
+@pytest.mark.slow
+def test_full_scale_dry_run_prints_a_complete_plan_for_every_stage(tmp_path):
+    out = tmp_path / "nano2"
+    result = subprocess.run([*RECIPE, "--scale", "full", "--dry-run", *CLUSTER, "--output-dir", str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = json.loads(result.stdout)
+    assert {"pretraindataset", "stage0_run", "sftdataset", "stage1_run"} <= set(printed)
+    for stage, recipe in (("stage0_pretrain", "pretrain"), ("stage1_sft", "sft")):
+        run_dir = out / stage / "training" / "megatron_bridge"
+        plan = json.loads((run_dir / "plan.json").read_text())
+        assert plan["recipe_function"] == f"nemotron_nano_9b_v2_{recipe}_2gpu_h100_bf16_config"
+        assert f"{plan['recipe_module']}.{plan['recipe_function']}" in result.stderr
+        overrides = yaml.safe_load((run_dir / "overrides.yaml").read_text())
+        assert overrides["train"]["global_batch_size"] % (4 * 8 // 2) == 0  # data-parallel ranks at TP 2
+        assert (run_dir / "sbatch.sh").read_text().count("--nodes") >= 1
+        artifact = json.loads((out / stage / "training" / "metadata.json").read_text())
+        assert artifact["type"] == "megatronbridgerun" and artifact["launched"] is False
+    stage0 = yaml.safe_load((out / "stage0_pretrain/training/megatron_bridge/overrides.yaml").read_text())
+    assert all(p.startswith("s3://bucket/prefix/") for p in stage0["dataset"]["blend_per_split"][0][0])
+    stage1 = yaml.safe_load((out / "stage1_sft/training/megatron_bridge/overrides.yaml").read_text())
+    stage0_run = json.loads((out / "stage0_pretrain/training/metadata.json").read_text())
+    assert stage1["checkpoint"]["pretrained_checkpoint"] == stage0_run["checkpoint_location"]
+    assert "Stage 2 (DPO) at scale runs on NeMo-RL" in result.stderr
+    assert not (out / "stage0_pretrain" / "evaluation").exists()  # nothing was trained here to evaluate
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (CLUSTER, "Megatron-Bridge is not installed; on a CUDA machine"),  # no --dry-run: it would launch
+        (["--dry-run"], "needs --data-root, --nodes, --gpus-per-node"),
+    ],
+)
+def test_without_megatron_bridge_or_cluster_flags_the_recipe_stops_in_one_line_before_any_work(
+    tmp_path, flags, message
+):
+    out = tmp_path / "nano2"
+    result = subprocess.run([*RECIPE, "--scale", "full", *flags, "--output-dir", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert not out.exists()
+
+
+def test_dpo_at_scale_is_refused_with_the_engine_that_would_run_it(tmp_path):
+    from nemotron.errors import NemotronError
+    from nemotron.recipes.nano2.stage2_alignment.training import Config, main
+
+    with pytest.raises(NemotronError, match=r"NeMo-RL .* needs the stage-1 model as a Hugging Face folder"):
+        main(Config(scale="full", output_dir=tmp_path / "dpo"))
+    assert not (tmp_path / "dpo").exists()
