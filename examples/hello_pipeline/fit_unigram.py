@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from nemotron.artifact import Artifact, ArtifactPath, atomic_write_text
+from nemotron import atomic
+from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.cli import run
 
 from count_words import WordCounts
@@ -56,7 +57,7 @@ def main(config: Config) -> UnigramModel:
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     model = {"log_probs": log_probs, "unseen_log_prob": unseen}
-    atomic_write_text(out / "unigram.json", json.dumps(model, sort_keys=True))
+    atomic.write_text(out / "unigram.json", json.dumps(model, sort_keys=True))
     return UnigramModel(
         path=out,
         config=asdict(config),

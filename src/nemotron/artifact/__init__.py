@@ -35,16 +35,15 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import nemotron
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 SCHEMA_VERSION = 1
@@ -264,7 +263,7 @@ class Artifact(BaseModel):
         )
         self.created_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.digest = self.compute_digest()
-        atomic_write_text(self.path / METADATA, self.model_dump_json(indent=2) + "\n")
+        atomic.write_text(self.path / METADATA, self.model_dump_json(indent=2) + "\n")
         tracker.log_artifact(self)
         return self
 
@@ -438,19 +437,8 @@ def _git_commit() -> str | None:
     return _GIT_COMMIT[0]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers see all or nothing."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+# Older name of `nemotron.atomic.write_text`, kept for code written against it.
+atomic_write_text = atomic.write_text
 
 
 # ---------------------------------------------------------------------------------------------
