@@ -44,9 +44,7 @@ class UnigramModel(Artifact):
 
 
 def main(config: Config) -> UnigramModel:
-    counts_art = WordCounts.load(
-        path=config.counts_path, reference=config.counts_artifact, scale=config.scale
-    )
+    counts_art = WordCounts.load_input(config, "counts")  # --counts-path, --counts-artifact or stdin
     counts: dict[str, int] = json.loads(counts_art.counts_path.read_text())
 
     total, vocab, k = sum(counts.values()), len(counts), config.smoothing

@@ -36,7 +36,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text
+from nemotron import atomic
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.tokenizer import EOS_ID
@@ -111,9 +112,7 @@ class PretrainResults(Artifact):
 
 def main(config: Config) -> PretrainResults:
     # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
-    checkpoint = PretrainCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
-    )
+    checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     dataset = load_upstream(
         PretrainDataset,
@@ -149,9 +148,8 @@ def main(config: Config) -> PretrainResults:
         samples = [{"prompt": p, "completion": c} for p, c in zip(SAMPLE_PROMPTS, completions)]
 
     # --- save ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    out = mark_unfinished(config.output_dir)
+    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     numbers = {
         "validation_loss": loss,
         "perplexity": perplexity(loss),

@@ -31,10 +31,7 @@ Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Out
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +40,8 @@ from typing import Literal
 from pydantic import Field
 from tqdm import tqdm
 
-from nemotron.artifact import METADATA, Artifact, ArtifactPath, apply_scale, source_ref
+from nemotron import atomic
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.chat_template import tokenize_conversation
 from nemotron.data_prep.conversations import (
@@ -111,9 +109,7 @@ class SFTDataset(Artifact):
 
 def main(config: Config) -> SFTDataset:
     # --- setup: the stage-0 checkpoint and its tokenizer ---
-    checkpoint = PretrainCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
-    )
+    checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     tokenizer = load_tokenizer(checkpoint.model_dir)
     check_chat_tokenizer(tokenizer, checkpoint.model_dir)
@@ -150,9 +146,7 @@ def main(config: Config) -> SFTDataset:
             )
 
     # --- tokenize and pack ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METADATA).unlink(missing_ok=True)  # a failed re-run must not leave an artifact over mixed files
+    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
     packing = PackingConfig(pack_size=pack_size, overflow=config.overflow, seed=config.seed)
     packed_stats = {}
     for split in ("train", "valid"):
@@ -222,14 +216,8 @@ def check_fits_model(model_dir: Path, pack_size: int, vocab_size: int) -> None:
 
 def save_tokenizer(tokenizer, folder: Path) -> None:
     """Save the tokenizer so the dataset is self-contained; the folder appears atomically."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with atomic.output_folder(folder) as staging:
         tokenizer.save_pretrained(str(staging))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text
+from nemotron import atomic
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, question_answer
@@ -113,7 +114,7 @@ class SFTResults(Artifact):
 
 def main(config: Config) -> SFTResults:
     # --- setup: the SFT checkpoint, its dataset and its base model ---
-    checkpoint = SFTCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     dataset = load_upstream(
@@ -148,9 +149,8 @@ def main(config: Config) -> SFTResults:
                 samples = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
 
     # --- save ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    out = mark_unfinished(config.output_dir)
+    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
     metrics["wall_seconds"] = time.perf_counter() - started
     get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from nemotron.artifact import METADATA, Artifact, ArtifactPath, apply_scale, source_ref
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.preference import build_pairs, read_pairs, write_pairs
@@ -78,7 +78,7 @@ class PreferenceDataset(Artifact):
 
 def main(config: Config) -> PreferenceDataset:
     # --- setup ---
-    sft = SFTDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
+    sft = SFTDataset.load_input(config, "dataset")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     train_conversations = read_conversations(sft.train_conversations)
     test_conversations = read_conversations(sft.test_conversations)
@@ -109,9 +109,7 @@ def main(config: Config) -> PreferenceDataset:
     test_pairs = build_pairs(test_conversations, config.seed, config.other_answer_share)
 
     # --- write ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METADATA).unlink(missing_ok=True)  # a failed re-run must not leave an artifact over mixed files
+    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
     write_pairs(train_pairs, out / "train_pairs.jsonl")
     write_pairs(test_pairs, out / "test_pairs.jsonl")
     return PreferenceDataset(

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from pydantic import Field
 
-from nemotron.artifact import Artifact, apply_scale
+from nemotron.artifact import Artifact, apply_scale, mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.preference import read_pairs
@@ -98,7 +98,7 @@ class DPOResults(Artifact):
 
 def main(config: Config) -> DPOResults:
     # --- setup: the DPO checkpoint and everything it was made from ---
-    checkpoint = DPOCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     shared = {"scale": config.scale, "stdin": piped}
@@ -122,6 +122,7 @@ def main(config: Config) -> DPOResults:
     items = answer_items(read_conversations(sft_dataset.test_conversations)[:limit], config.num_distractors, config.seed)
 
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
+    mark_unfinished(config.output_dir)
     logps, metrics = {}, {}
     with evaluation_threads(config.scale, config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
