@@ -231,6 +231,6 @@ def test_load_names_the_flag_it_was_given(tmp_path):
     with pytest.raises(NemotronError, match=r"does not exist; pass the folder of a finished checkpoint with "
                                             r"--checkpoint-path$"):
         Checkpoint.load(path=tmp_path / "nope", flag="--checkpoint-path")
-    with pytest.raises(NemotronError, match="no checkpoint given: pass the folder of a finished checkpoint with "
-                                            "--base-checkpoint-path"):
+    with pytest.raises(NemotronError, match="no checkpoint given: pass the folder of a finished checkpoint "
+                                            "with --base-checkpoint-path"):
         Checkpoint.load(stdin=False, flag="--base-checkpoint-path")

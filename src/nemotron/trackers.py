@@ -55,8 +55,8 @@ class NoOpTracker:
 
     def resolve(self, reference: str) -> Path:
         raise NemotronError(
-            f"cannot resolve artifact reference {reference!r}: no tracker is active; "
-            "set NEMOTRON_TRACKER=file:PATH (or wandb), or pass the input's --*-path instead"
+            f"cannot resolve artifact reference {reference!r}: no tracker is active; set "
+            "NEMOTRON_TRACKER=file:PATH (or wandb), or pass the input's folder with its --<name>-path flag"
         )
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
@@ -172,7 +172,7 @@ class WandbTracker:
         if self._wandb.run is not None and self.run.settings.mode == "offline":
             raise NemotronError(
                 f"cannot resolve W&B artifact {reference!r} in offline mode; "
-                "pass the input's --*-path, or run online"
+                "pass the input's folder with its --<name>-path flag, or run online"
             )
         used = self.run.use_artifact(reference if ":" in reference else f"{reference}:latest")
         return Path(used.metadata["path"])
