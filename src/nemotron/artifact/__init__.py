@@ -20,13 +20,20 @@ stdin may carry several artifacts keyed by type, `{"pretraindataset": {...}, "ch
 A step takes the one of the type it needs, and `print_complete` passes everything it read on stdin
 through to its own stdout next to what it made, so `a | b | c` works even when c needs a's output.
 
+In metadata.json every path inside the folder is written `./name` and an input artifact under the
+same root as `../step`; they are resolved against wherever the folder is when it is loaded, so a
+moved or copied runs/ tree keeps working and reads its own files (in memory and on stdout, paths are
+absolute). `mark_unfinished(output_dir)` removes a folder's metadata.json before a step rewrites it;
+`nemotron.artifact.lock` makes one run own an output folder at a time.
+
 The digest is sha256 over (a) each referenced file's sha256 with its name relative to the artifact
 folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things were
 read or written does not change what was made) nor execution keys (`workers`, `num_threads`), and
 (c) the digests of the inputs. Timestamps and metrics (which hold wall times) are left out, so two
 runs with the same config and seed produce the same digest.
 
-Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
+Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact
+(`nemotron.artifact.lineage` holds the same helpers for code).
 """
 
 from __future__ import annotations
@@ -379,11 +386,9 @@ class Artifact(BaseModel):
         """The command that makes this artifact: `python -m package.step` or `python script.py`."""
         step = cls.made_by
         if not step:
-            module = sys.modules.get(cls.__module__)
-            if not callable(getattr(module, "main", None)):
+            if not callable(getattr(sys.modules.get(cls.__module__), "main", None)):
                 return None  # defined in a library module, not by a step
-            spec = _class_spec(cls).rpartition(":")[0]
-            step = spec
+            step = _class_spec(cls).rpartition(":")[0]
         return f"python {step}" if step.endswith(".py") else f"python -m {step}"
 
     @classmethod
