@@ -1,13 +1,18 @@
 """Trackers: the W&B tracker in offline mode, the file ledger, selection from the environment."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
+import nemotron.trackers as trackers
 from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.errors import NemotronError
 from nemotron.trackers import (
     FileTracker,
+    FollowerTracker,
     NoOpTracker,
     WandbTracker,
     get_lineage_tracker,
@@ -66,3 +71,47 @@ def test_tracker_from_environment(tmp_path, monkeypatch):
 def test_noop_tracker_cannot_resolve_references():
     with pytest.raises(NemotronError, match="no tracker is active"):
         Shard.load(reference="shard:latest")
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun: only rank 0 talks to the tracker
+# ---------------------------------------------------------------------------------------------
+
+
+def test_ranks_other_than_0_record_nothing_but_resolve_from_the_ledger(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("NEMOTRON_TRACKER", f"file:{ledger}")
+    first = saved_shard(tmp_path / "a")  # rank 0 (RANK unset): recorded
+    trackers._ACTIVE = None
+    monkeypatch.setenv("RANK", "1")
+    assert isinstance(get_lineage_tracker(), FollowerTracker)
+    saved_shard(tmp_path / "b")
+    assert Shard.load(reference="shard:latest").path == first.path
+    assert [e["event"] for e in FileTracker(ledger).entries()] == ["save"]
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_write_one_ledger_line_per_artifact_event(tmp_path):
+    """A real 2-rank stage-0 training: every rank loads the dataset, only rank 0 tells the tracker."""
+    from nemotron.data_prep.sources import read_shakespeare
+
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") == "macbeth"]
+    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (tmp_path / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
+    env = {**os.environ, "NEMOTRON_TRACKER": f"file:{tmp_path / 'ledger.jsonl'}", "OMP_NUM_THREADS": "1"}
+    curation = subprocess.run(
+        [sys.executable, "-m", "nemotron.recipes.nano2.stage0_pretrain.data_curation", "--blend-path", "blend.json",
+         "--vocab-size", "300", "--num-shards", "1", "--workers", "1", "--output-dir", "data"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert curation.returncode == 0, curation.stderr[-2000:]
+    training = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "nemotron.recipes.nano2.stage0_pretrain.training", "--dataset-path", "data", "--output-dir", "train",
+         "--steps", "2", "--seq-len", "32", "--micro-batch-size", "2", "--eval-batches", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert training.returncode == 0, training.stderr[-2000:]
+    ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["type"]) for e in ledger] == [
+        ("save", "pretraindataset"), ("use", "pretraindataset"), ("save", "pretraincheckpoint")]

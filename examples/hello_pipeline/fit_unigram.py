@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from nemotron.artifact import Artifact, ArtifactPath, atomic_write_text
+from nemotron import atomic
+from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.cli import run
 
 from count_words import WordCounts
@@ -43,9 +44,7 @@ class UnigramModel(Artifact):
 
 
 def main(config: Config) -> UnigramModel:
-    counts_art = WordCounts.load(
-        path=config.counts_path, reference=config.counts_artifact, scale=config.scale
-    )
+    counts_art = WordCounts.load_input(config, "counts")  # --counts-path, --counts-artifact or stdin
     counts: dict[str, int] = json.loads(counts_art.counts_path.read_text())
 
     total, vocab, k = sum(counts.values()), len(counts), config.smoothing
@@ -56,7 +55,7 @@ def main(config: Config) -> UnigramModel:
     out = config.output_dir
     out.mkdir(parents=True, exist_ok=True)
     model = {"log_probs": log_probs, "unseen_log_prob": unseen}
-    atomic_write_text(out / "unigram.json", json.dumps(model, sort_keys=True))
+    atomic.write_text(out / "unigram.json", json.dumps(model, sort_keys=True))
     return UnigramModel(
         path=out,
         config=asdict(config),

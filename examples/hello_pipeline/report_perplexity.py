@@ -41,8 +41,8 @@ class PerplexityReport(Artifact):
 
 
 def main(config: Config) -> PerplexityReport:
-    model_art = UnigramModel.load(path=config.model_path, scale=config.scale)
-    counts_art = WordCounts.load(path=config.counts_path, scale=config.scale)
+    model_art = UnigramModel.load_input(config, "model")
+    counts_art = WordCounts.load_input(config, "counts")
     model = json.loads(model_art.model_path.read_text())
 
     heldout = [w for line in counts_art.heldout_path.read_text().splitlines() for w in words(line)]

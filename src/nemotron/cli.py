@@ -6,7 +6,8 @@ A step file ends with
         run(main)
 
 which is `tyro.cli(Config)` (flags from the dataclass fields and their docstrings; the module
-docstring is the --help text), then `main(config)`, then `print_complete(...)` on stdout. A
+docstring is the --help text), then `main(config)` while holding the lock of `config.output_dir`
+(one run per output folder: `nemotron.artifact.lock`), then `print_complete(...)` on stdout. A
 `NemotronError` anywhere becomes `error: <one line>` on stderr and exit status 2, with nothing on
 stdout, so a broken pipe stage stops the pipe instead of feeding garbage to the next step.
 """
@@ -22,6 +23,7 @@ from typing import Any
 import tyro
 
 from nemotron.artifact import SCALES, Artifact, print_complete
+from nemotron.artifact.lock import hold_output_dir
 from nemotron.errors import NemotronError
 from nemotron.trackers import get_lineage_tracker
 
@@ -50,7 +52,9 @@ def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] |
     try:
         config = parse(main, args)
         check_scale(config)
-        print_complete(main(config))
+        with hold_output_dir(getattr(config, "output_dir", None)):
+            made = main(config)
+        print_complete(made)
         get_lineage_tracker().finish()  # flush a W&B run; a no-op for the others
     except NemotronError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -12,6 +12,11 @@ One tracker is active per process. Steps never talk to it directly except throug
 
 Choose one in code with `set_lineage_tracker(FileTracker("runs/ledger.jsonl"))` once at start, or
 from the environment: NEMOTRON_TRACKER=none | file:PATH | wandb[:PROJECT].
+
+Under torchrun only rank 0 talks to the tracker: every rank runs the same step, loads the same inputs
+and would otherwise start its own W&B run and add its own "use" line to the ledger. On the other
+ranks `get_lineage_tracker()` gives a `FollowerTracker`, which records nothing but still resolves
+`--<name>-artifact TYPE:latest` from the file ledger, so every rank loads the same input.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ class NoOpTracker:
 
     def resolve(self, reference: str) -> Path:
         raise NemotronError(
-            f"cannot resolve artifact reference {reference!r}: no tracker is active; "
-            "set NEMOTRON_TRACKER=file:PATH (or wandb), or pass the input's --*-path instead"
+            f"cannot resolve artifact reference {reference!r}: no tracker is active; set "
+            "NEMOTRON_TRACKER=file:PATH (or wandb), or pass the input's folder with its --<name>-path flag"
         )
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
@@ -59,6 +64,21 @@ class NoOpTracker:
 
     def finish(self) -> None:
         pass
+
+
+class FollowerTracker(NoOpTracker):
+    """The tracker of torchrun ranks other than 0: records nothing; resolves through `resolver`."""
+
+    def __init__(self, resolver: LineageTracker | None = None):
+        self._resolver = resolver
+
+    def resolve(self, reference: str) -> Path:
+        if self._resolver is None:
+            raise NemotronError(
+                f"cannot resolve artifact reference {reference!r} on a torchrun rank other than 0 with "
+                "this tracker; pass the input's --<name>-path instead"
+            )
+        return self._resolver.resolve(reference)
 
 
 class FileTracker:
@@ -152,7 +172,7 @@ class WandbTracker:
         if self._wandb.run is not None and self.run.settings.mode == "offline":
             raise NemotronError(
                 f"cannot resolve W&B artifact {reference!r} in offline mode; "
-                "pass the input's --*-path, or run online"
+                "pass the input's folder with its --<name>-path flag, or run online"
             )
         used = self.run.use_artifact(reference if ":" in reference else f"{reference}:latest")
         return Path(used.metadata["path"])
@@ -181,11 +201,28 @@ def set_lineage_tracker(tracker: LineageTracker) -> LineageTracker:
 
 
 def get_lineage_tracker() -> LineageTracker:
-    """The active tracker; on first use, the one NEMOTRON_TRACKER names (NoOp when unset)."""
+    """The active tracker; on first use, the one NEMOTRON_TRACKER names (NoOp when unset).
+
+    Off torchrun's rank 0 (env RANK set and not "0"), a `FollowerTracker` that records nothing.
+    """
     global _ACTIVE
     if _ACTIVE is None:
-        _ACTIVE = tracker_from_env(os.environ.get("NEMOTRON_TRACKER", "none"))
+        spec = os.environ.get("NEMOTRON_TRACKER", "none")
+        _ACTIVE = tracker_from_env(spec) if is_main_rank() else follower_from_env(spec)
     return _ACTIVE
+
+
+def is_main_rank() -> bool:
+    """True outside torchrun and on its rank 0 (torchrun sets RANK in every process it starts)."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+def follower_from_env(spec: str) -> FollowerTracker:
+    """The tracker of a non-zero rank: silent, resolving references through a file ledger if any."""
+    if spec.partition(":")[0] == "wandb":
+        return FollowerTracker()  # never a second W&B run
+    leader = tracker_from_env(spec)  # none or file:PATH, validated as on rank 0
+    return FollowerTracker(leader if isinstance(leader, FileTracker) else None)
 
 
 def tracker_from_env(spec: str) -> LineageTracker:

@@ -20,13 +20,20 @@ stdin may carry several artifacts keyed by type, `{"pretraindataset": {...}, "ch
 A step takes the one of the type it needs, and `print_complete` passes everything it read on stdin
 through to its own stdout next to what it made, so `a | b | c` works even when c needs a's output.
 
+In metadata.json every path inside the folder is written `./name` and an input artifact under the
+same root as `../step`; they are resolved against wherever the folder is when it is loaded, so a
+moved or copied runs/ tree keeps working and reads its own files (in memory and on stdout, paths are
+absolute). `mark_unfinished(output_dir)` removes a folder's metadata.json before a step rewrites it;
+`nemotron.artifact.lock` makes one run own an output folder at a time.
+
 The digest is sha256 over (a) each referenced file's sha256 with its name relative to the artifact
 folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things were
 read or written does not change what was made) nor execution keys (`workers`, `num_threads`), and
 (c) the digests of the inputs. Timestamps and metrics (which hold wall times) are left out, so two
 runs with the same config and seed produce the same digest.
 
-Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
+Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact
+(`nemotron.artifact.lineage` holds the same helpers for code).
 """
 
 from __future__ import annotations
@@ -38,13 +45,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import nemotron
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 SCHEMA_VERSION = 1
@@ -86,10 +93,13 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+LOCK = ".lock"  # the run lock of a step's output folder (nemotron.artifact.lock): not content
+
+
 def _expand(path: Path) -> list[Path]:
     """A file is itself; a folder is every file under it, in sorted order."""
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and p.name != METADATA)
+        return sorted(p for p in path.rglob("*") if p.is_file() and p.name not in (METADATA, LOCK))
     return [path]
 
 
@@ -103,6 +113,7 @@ class Producer(BaseModel):
     artifact_class: str = ""  # "module:Class", so generic tools (verify) can re-validate it
     version: str = nemotron.__version__
     git_commit: str | None = None
+    git_dirty: bool | None = None  # True: the code had uncommitted changes, so git_commit is not all of it
     run_id: str = "local"
 
 
@@ -128,6 +139,10 @@ class Artifact(BaseModel):
     scale: str = "tiny"
     seed: int = 0
     digest: str | None = None
+
+    # The step that makes this artifact ("package.module" or a script path), named in errors when an
+    # input is missing. Default: the module that defines the class, when that module is a step.
+    made_by: ClassVar[str] = ""
 
     # The stdin key and the `type` field: the class name in lower case.
     @classmethod
@@ -243,47 +258,65 @@ class Artifact(BaseModel):
     # -- save --------------------------------------------------------------------------------
 
     def save(self, step: str | None = None) -> Self:
-        """Fill producer, time and digest; write metadata.json atomically; tell the tracker."""
+        """Fill producer, time and digest; write metadata.json atomically; tell the tracker.
+
+        In memory (and on stdout) every path is absolute, so the artifact works from any working
+        directory; in metadata.json they are relative to the folder (`portable_json`), so a moved or
+        copied folder reads its own files.
+        """
         from nemotron.trackers import get_lineage_tracker
 
         tracker = get_lineage_tracker()
         self.path = Path(self.path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
-        for name, field in type(self).model_fields.items():
-            # Absolute paths, so the artifact can be loaded from any working directory.
+        for name in _location_fields(type(self)):
             value = getattr(self, name)
-            if _is_file_field(field) and value is not None:
+            if value is not None:
                 resolved = [Path(v).resolve() for v in value] if isinstance(value, list) else Path(value).resolve()
                 setattr(self, name, resolved)
         self.check_files()
+        commit, dirty = git_revision()
         self.producer = Producer(
             step=step or _calling_step(),
             artifact_class=_class_spec(type(self)),
-            git_commit=_git_commit(),
+            git_commit=commit,
+            git_dirty=dirty,
             run_id=tracker.run_id,
         )
         self.created_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.digest = self.compute_digest()
-        atomic_write_text(self.path / METADATA, self.model_dump_json(indent=2) + "\n")
+        atomic.write_text(self.path / METADATA, self.portable_json() + "\n")
         tracker.log_artifact(self)
         return self
+
+    def portable_json(self) -> str:
+        """The metadata.json text: paths inside the folder as `./name`, inputs that live under the
+        same root as `../step`, so that `mv` or `cp -r` of a runs/ tree keeps every reference valid.
+        Paths elsewhere (raw sources, a base model on shared storage) stay absolute."""
+        data = json.loads(self.model_dump_json())
+        data["path"] = "."
+        for name in _location_fields(type(self)):
+            value = data.get(name)
+            if isinstance(value, list):
+                data[name] = [_portable(v, self.path) for v in value]
+            elif value is not None:
+                data[name] = _portable(value, self.path)
+        for ref in data["inputs"]:
+            if (Path(ref["path"]) / METADATA).exists() and _share_a_root(Path(ref["path"]), self.path):
+                ref["path"] = _relative(Path(ref["path"]), self.path)
+        return json.dumps(data, indent=2)
 
     # -- load --------------------------------------------------------------------------------
 
     @classmethod
-    def from_path(cls, path: str | Path) -> Self:
-        """Read and validate `<path>/metadata.json` (a path to metadata.json itself also works)."""
-        path = Path(path)
-        meta = path if path.name == METADATA else path / METADATA
-        if not meta.exists():
-            raise NemotronError(
-                f"{meta}: no artifact here (metadata.json missing); pass the folder a step wrote"
-            )
-        try:
-            data = json.loads(meta.read_text())
-        except json.JSONDecodeError as e:
-            raise NemotronError(f"{meta}: malformed JSON at line {e.lineno}: {e.msg}") from None
-        return cls.from_dict(data, where=str(meta))
+    def from_path(cls, path: str | Path, fix: str = "") -> Self:
+        """Read and validate `<path>/metadata.json` (a path to metadata.json itself also works).
+
+        Relative paths in the file are resolved against the folder it is in now, so a moved or
+        copied artifact reads its own files. `fix` (how to give the right folder) ends the errors.
+        """
+        data = read_metadata(path, fix)
+        return cls.from_dict(data, where=str(_metadata_file(path)))
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Self:
@@ -308,23 +341,26 @@ class Artifact(BaseModel):
         reference: str | None = None,
         scale: str | None = None,
         stdin: bool = True,
+        flag: str | None = None,
     ) -> Self:
         """Resolve an input artifact: explicit path, else tracked reference, else stdin JSON.
 
         Records the use with the active tracker. With `scale`, refuses an artifact of another
-        scale (a tiny checkpoint fed to a small run is almost always a mistake).
+        scale (a tiny checkpoint fed to a small run is almost always a mistake). `flag` is the
+        command-line flag of `path` (e.g. "--checkpoint-path"), named in the errors' fixes;
+        `load_input(config, "checkpoint")` passes it for you.
         """
         from nemotron.trackers import get_lineage_tracker
 
         tracker = get_lineage_tracker()
         if path is not None:
-            art = cls.from_path(path)
+            art = cls.from_path(path, fix=cls._fix(flag))
         elif reference is not None:
-            art = cls.from_path(tracker.resolve(reference))
+            art = cls.from_path(tracker.resolve(reference), fix=cls._fix(flag))
         elif stdin:
-            art = cls._from_stdin()
+            art = cls._from_stdin(flag)
         else:
-            raise NemotronError(f"no {cls.type_name()} given: pass its folder with the step's --*-path flag (see --help)")
+            raise NemotronError(f"no {cls.type_name()} given: {cls._fix(flag)}")
         if scale is not None and art.scale != scale:
             raise NemotronError(
                 f"{art.path}: {cls.type_name()} was made at scale {art.scale!r} but this run is "
@@ -334,15 +370,152 @@ class Artifact(BaseModel):
         return art
 
     @classmethod
-    def _from_stdin(cls) -> Self:
-        found = read_stdin_artifacts(needed=cls.type_name())
+    def load_input(cls, config: Any, name: str, stdin: bool = True) -> Self:
+        """`load` the input `name` of a step's Config: `config.<name>_path` (flag --<name>-path),
+        else `config.<name>_artifact`, else stdin; refuses another scale than `config.scale`."""
+        return cls.load(
+            path=getattr(config, f"{name}_path", None),
+            reference=getattr(config, f"{name}_artifact", None),
+            scale=getattr(config, "scale", None),
+            stdin=stdin,
+            flag=f"--{name.replace('_', '-')}-path",
+        )
+
+    @classmethod
+    def producing_step(cls) -> str | None:
+        """The command that makes this artifact: `python -m package.step` or `python script.py`."""
+        step = cls.made_by
+        if not step:
+            if not callable(getattr(sys.modules.get(cls.__module__), "main", None)):
+                return None  # defined in a library module, not by a step
+            step = _class_spec(cls).rpartition(":")[0]
+        return f"python {step}" if step.endswith(".py") else f"python -m {step}"
+
+    @classmethod
+    def _fix(cls, flag: str | None) -> str:
+        """How to give this input: the flag, and the step that makes one."""
+        where = f"with {flag}" if flag else "with the step's input path flag (see --help)"
+        made = cls.producing_step()
+        return f"pass the folder of a finished {cls.type_name()} {where}" + (f" (made by {made})" if made else "")
+
+    @classmethod
+    def _from_stdin(cls, flag: str | None = None) -> Self:
+        found = read_stdin_artifacts(needed=f"a {cls.type_name()}", fix=cls._fix(flag))
         if cls.type_name() not in found:
             have = ", ".join(found) or "nothing"
             raise NemotronError(
                 f"stdin carries {have} but this step needs a {cls.type_name()}: pipe in the step "
-                "that makes one, or pass its folder with the step's --*-path flag (see --help)"
+                f"that makes one, or {cls._fix(flag)}"
             )
         return cls.from_dict(found[cls.type_name()], where="stdin")
+
+
+# ---------------------------------------------------------------------------------------------
+# Locations: absolute in memory, relative to the folder in metadata.json
+# ---------------------------------------------------------------------------------------------
+
+
+def mark_unfinished(output_dir: str | Path) -> Path:
+    """Create a step's output folder if needed and remove its metadata.json; returns the folder.
+
+    The rule every step keeps: a folder whose files are being (re)written holds no metadata.json,
+    so no artifact ever vouches for half-written or mixed files. Call it before the first write;
+    `Artifact.save()` writes metadata.json again when the step has finished.
+    """
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / METADATA).unlink(missing_ok=True)
+    return folder
+
+
+def read_metadata(path: str | Path, fix: str = "") -> dict:
+    """The JSON of `<path>/metadata.json` with its locations resolved against the folder it is in now.
+
+    `path` becomes the folder's absolute path; values written relative (`./file`, `../step`, at the
+    top level and in `inputs`) become absolute. Errors say whether the folder does not exist or
+    holds no artifact; `fix` is appended to them.
+    """
+    meta = _metadata_file(path)
+    folder = meta.parent
+    fix = f"; {fix}" if fix else ""
+    if not folder.exists():
+        raise NemotronError(f"{folder} does not exist{fix or '; check the path'}")
+    if not folder.is_dir():
+        raise NemotronError(f"{folder} is a file, not an artifact folder{fix or '; pass the folder a step wrote'}")
+    if not meta.exists():
+        raise NemotronError(
+            f"{folder} holds no artifact (metadata.json missing: the step writing it has not finished, "
+            f"or this is not a step's output folder){fix}"
+        )
+    try:
+        data = json.loads(meta.read_text())
+    except json.JSONDecodeError as e:
+        raise NemotronError(f"{meta}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    if isinstance(data, dict):
+        _resolve_locations(data, folder.resolve())
+    return data
+
+
+def _metadata_file(path: str | Path) -> Path:
+    path = Path(path)
+    return path if path.name == METADATA else path / METADATA
+
+
+def _is_relative(value: Any) -> bool:
+    return isinstance(value, str) and (value in (".", "..") or value.startswith(("./", "../")))
+
+
+def _resolve_locations(data: dict, folder: Path) -> None:
+    """In place: `path` is `folder`; every `./x` or `../x` value (top level, lists, inputs) is
+    resolved against it. Older metadata with absolute paths loads unchanged."""
+    data["path"] = str(folder)
+
+    def resolve(value: Any) -> Any:
+        if _is_relative(value):
+            return os.path.normpath(folder / value)
+        if isinstance(value, list):
+            return [resolve(v) for v in value]
+        return value
+
+    for key, value in data.items():
+        if key not in ("path", "config", "inputs", "metrics", "producer"):
+            data[key] = resolve(value)
+    for ref in data.get("inputs") or []:
+        if isinstance(ref, dict):
+            ref["path"] = resolve(ref.get("path"))
+
+
+def _location_fields(cls: type[Artifact]) -> list[str]:
+    """The fields holding paths (`Path`, `ArtifactPath`, lists and optionals of them), except `path`."""
+    def holds_path(annotation: Any) -> bool:
+        if annotation is Path:
+            return True
+        return any(holds_path(arg) for arg in getattr(annotation, "__args__", ()))
+
+    return [
+        name for name, field in cls.model_fields.items()
+        if name != "path" and (_is_file_field(field) or holds_path(field.annotation))
+    ]
+
+
+def _relative(target: Path, folder: Path) -> str:
+    rel = os.path.relpath(target, folder)
+    return rel if rel.startswith("..") else f"./{rel}"
+
+
+def _portable(value: str, folder: Path) -> str:
+    """`./name` for a path inside `folder`; anything else stays as it is (absolute)."""
+    path = Path(value)
+    return _relative(path, folder) if path.is_absolute() and path.is_relative_to(folder) else value
+
+
+def _share_a_root(a: Path, b: Path) -> bool:
+    """Two paths under a common folder other than the file-system root (e.g. one runs/ tree)."""
+    try:
+        common = Path(os.path.commonpath([a, b]))
+    except ValueError:  # different drives
+        return False
+    return common != Path(common.anchor)
 
 
 def _is_file_field(field: Any) -> bool:
@@ -419,38 +592,36 @@ def _calling_step() -> str:
     return Path(getattr(main, "__file__", "python")).stem
 
 
-_GIT_COMMIT: list[str | None] = []
+_GIT_REVISIONS: dict[Path, tuple[str | None, bool | None]] = {}
 
 
-def _git_commit() -> str | None:
-    if not _GIT_COMMIT:
+def git_revision(where: str | Path | None = None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the git checkout holding `where` (default: this package's source).
+
+    `dirty` is True when tracked files differ from that commit (staged or not), so the commit alone
+    does not name the code that ran; untracked files are not counted. (None, None) outside a git
+    checkout or without git. Asked once per location and process.
+    """
+    where = Path(where or Path(__file__).parent).resolve()
+    if where not in _GIT_REVISIONS:
+        def git(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
+
         try:
-            out = subprocess.run(
-                ["git", "rev-parse", "HEAD"],
-                cwd=Path(__file__).parent,
-                capture_output=True,
-                text=True,
-                timeout=5,
-            )
-            _GIT_COMMIT.append(out.stdout.strip() if out.returncode == 0 else None)
+            head = git("rev-parse", "HEAD")
+            status = git("status", "--porcelain", "--untracked-files=no") if head.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
-            _GIT_COMMIT.append(None)
-    return _GIT_COMMIT[0]
+            head = status = None
+        if head is None or head.returncode != 0:
+            _GIT_REVISIONS[where] = (None, None)
+        else:
+            dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+            _GIT_REVISIONS[where] = (head.stdout.strip(), dirty)
+    return _GIT_REVISIONS[where]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers see all or nothing."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+# Older name of `nemotron.atomic.write_text`, kept for code written against it.
+atomic_write_text = atomic.write_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,21 +631,21 @@ def atomic_write_text(path: Path, text: str) -> None:
 _STDIN: dict[str, dict] | None = None
 
 
-def read_stdin_artifacts(needed: str = "an artifact") -> dict[str, dict]:
-    """Parse stdin once per process: a JSON object of artifacts keyed by type."""
+def read_stdin_artifacts(needed: str = "an artifact", fix: str = "") -> dict[str, dict]:
+    """Parse stdin once per process: a JSON object of artifacts keyed by type.
+
+    `fix` says how else to give the input (e.g. "pass the folder ... with --checkpoint-path").
+    """
     global _STDIN
     if _STDIN is not None:
         return _STDIN
+    fix = fix or "pass the input path (see --help)"
     if sys.stdin is None or sys.stdin.isatty():
-        raise NemotronError(
-            f"no input {needed}: stdin is a terminal; pipe in the previous step "
-            f"or pass the input path (see --help)"
-        )
+        raise NemotronError(f"no input {needed}: stdin is a terminal; pipe in the previous step or {fix}")
     text = sys.stdin.read()
     if not text.strip():
         raise NemotronError(
-            f"stdin is empty but this step needs {needed}: did the previous step fail? "
-            "Otherwise pass the input path (see --help)"
+            f"stdin is empty but this step needs {needed}: did the previous step fail? Otherwise {fix}"
         )
     try:
         data = json.loads(text)

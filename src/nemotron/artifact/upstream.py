@@ -45,9 +45,9 @@ def load_upstream(
     name = cls.type_name()
     recorded = [ref for art in made_from for ref in art.inputs if ref.type == name]
     if path is not None or reference is not None:
-        found = cls.load(path=path, reference=reference, scale=scale)
+        found = cls.load(path=path, reference=reference, scale=scale, flag=flag)
     elif stdin and name in read_stdin_artifacts(needed=f"a {name}"):
-        found = cls.load(scale=scale)
+        found = cls.load(scale=scale, flag=flag)
     elif recorded:
         ref = recorded[0]
         found = cls.load(path=ref.path, scale=scale)

@@ -47,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from nemotron import atomic
 from nemotron.data_prep.sources import (
     BUILTIN_SOURCES,
     DATA_SUFFIXES,
@@ -217,13 +218,7 @@ class DataBlend(_Strict):
                 local = self._base_dir / entry["path"]
                 if not Path(entry["path"]).is_absolute() and local.exists() and entry["path"] not in BUILTIN_SOURCES:
                     entry["path"] = os.path.relpath(local, path.parent)
-        temporary = path.with_name(f".{path.name}.tmp")
-        try:
-            temporary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
-        return path
+        return atomic.write_text(path, json.dumps(data, indent=2) + "\n")
 
     # ------------------------------------------------------------------------- read / draw
 

@@ -38,12 +38,12 @@ from __future__ import annotations
 import array
 import os
 import struct
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from nemotron.atomic import temp_path_beside
 from nemotron.errors import NemotronError
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -103,8 +103,8 @@ class IndexedWriter:
         self._limits = np.iinfo(self.dtype)
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         # Unique temp names in the same folder, so os.replace is an atomic rename on one filesystem.
-        self._tmp_bin = _temp_path_beside(bin_path(self.prefix))
-        self._tmp_idx = _temp_path_beside(idx_path(self.prefix))
+        self._tmp_bin = temp_path_beside(bin_path(self.prefix))
+        self._tmp_idx = temp_path_beside(idx_path(self.prefix))
         self._bin_file = open(self._tmp_bin, "wb", buffering=1 << 20)
         # Buffered documents, as runs of the same kind: ("ids", one list all Python-list documents
         # were extended into) or ("arrays", a list of numpy arrays). One conversion per run, not per
@@ -333,10 +333,3 @@ def _read_header(path: Path) -> tuple[np.dtype, int, int]:
     if code not in CODE_DTYPES:
         raise NemotronError(f"corrupt index {path}: unknown dtype code {code}; re-create the shard")
     return CODE_DTYPES[code], sequence_count, index_count
-
-
-def _temp_path_beside(final: Path) -> Path:
-    """A fresh, unique temp file next to `final`; its name says which file it will become."""
-    handle, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(handle)
-    return Path(name)

@@ -43,10 +43,8 @@ exceeds pack_size tokens and loads unchanged with seq_length = pack_size.
 
 from __future__ import annotations
 
-import os
 import random
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 Algorithm = Literal["first_fit_decreasing", "first_fit_shuffle"]
@@ -300,15 +299,8 @@ def write_packed_parquet(rows: Sequence[PackedRow], path: Path | str, pack_size:
     ]
     schema = SCHEMA.with_metadata({PACK_SIZE_KEY: str(pack_size).encode()})
     table = pa.Table.from_arrays(columns, schema=schema)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        pq.write_table(table, temp_name, compression="zstd", row_group_size=ROW_GROUP_SIZE)
-        os.replace(temp_name, path)
-    finally:
-        if os.path.exists(temp_name):
-            os.remove(temp_name)
+    with atomic.output_path(path) as temp:
+        pq.write_table(table, temp, compression="zstd", row_group_size=ROW_GROUP_SIZE)
     return path
 
 

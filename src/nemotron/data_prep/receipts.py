@@ -21,7 +21,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nemotron.artifact import atomic_write_text, sha256_file
+from nemotron import atomic
+from nemotron.artifact import sha256_file
 
 RECEIPTS_DIR = "receipts"
 
@@ -53,7 +54,7 @@ def write_receipt(run_dir: Path, receipt: Receipt) -> Path:
     """Write the receipt atomically; this is the commit point of a shard."""
     path = receipt_path(run_dir, receipt.shard)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(asdict(receipt), indent=2, sort_keys=True) + "\n")
+    atomic.write_text(path, json.dumps(asdict(receipt), indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -45,7 +45,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from nemotron.artifact import atomic_write_text, sha256_file
+from nemotron import atomic
+from nemotron.artifact import sha256_file
 from nemotron.data_prep.indexed import IndexedWriter, best_dtype
 from nemotron.data_prep.receipts import (
     Receipt,
@@ -180,7 +181,7 @@ def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True) -> RunS
         )
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     _remove_temp_files(plan.output_dir, "plan.json")
-    atomic_write_text(plan.output_dir / "plan.json", _plan_json(plan))
+    atomic.write_text(plan.output_dir / "plan.json", _plan_json(plan))
     statuses = {"skipped": 0, "redone": 0, "written": 0}
     with tqdm(total=len(plan.shards), desc="tokenize shards", unit="shard", file=sys.stderr,
               disable=not progress) as bar:
@@ -349,7 +350,7 @@ def finalize_run(plan: ShardPlan) -> RunStats:
     # Only what the inputs determine: no paths, no skipped/redone counts, no timestamps.
     summary = {key: getattr(stats, key) for key in ("run_hash", "dtype", "documents", "tokens", "shards")}
     _remove_temp_files(plan.output_dir, "summary.json")
-    atomic_write_text(plan.output_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    atomic.write_text(plan.output_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return stats
 
 

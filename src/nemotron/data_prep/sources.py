@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 log = logging.getLogger(__name__)
@@ -164,12 +165,10 @@ def read_jsonl(path: str | Path, *, text_field: str = "text", id_field: str = "i
 
 def write_jsonl(documents: Iterable[Document], path: str | Path) -> Path:
     """Write documents as JSON Lines `{"id", "source", "text"}` (what `read_jsonl` reads back), atomically."""
-    from nemotron.artifact import atomic_write_text
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = (json.dumps({"id": d.id, "source": d.source, "text": d.text}, ensure_ascii=False) for d in documents)
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    atomic.write_text(path, "".join(line + "\n" for line in lines))
     return path
 
 

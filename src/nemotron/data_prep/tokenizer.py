@@ -28,15 +28,13 @@ vocab_size give a byte-identical `tokenizer.json` (tested).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 if TYPE_CHECKING:  # transformers takes seconds to import; data-prep worker processes never need it
@@ -204,18 +202,5 @@ def _check_special_ids(tokenizer: Tokenizer, where: str) -> None:
 
 def _save_atomically(hf_tokenizer: PreTrainedTokenizerFast, output_dir: Path) -> None:
     """Save into a temp folder beside `output_dir`, then swap it in, so readers never see half a folder."""
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    try:
+    with atomic.output_folder(output_dir) as staging:
         hf_tokenizer.save_pretrained(str(staging))
-        if output_dir.exists():
-            # A directory cannot be os.replace'd onto a non-empty one: move the old one aside first.
-            retired = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
-            os.replace(output_dir, retired / output_dir.name)
-            os.replace(staging, output_dir)
-            shutil.rmtree(retired)
-        else:
-            os.replace(staging, output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)

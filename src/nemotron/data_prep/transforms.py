@@ -25,9 +25,7 @@ system / user / assistant, the input that `nemotron.data_prep.chat_template` ren
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +34,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 Record = dict[str, Any]
@@ -264,18 +263,15 @@ def write_jsonl(
     path = Path(path)
     counts = JsonlCounts()
     skipped_by: Counter[str] = Counter()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
-            for record in tqdm(records, desc=f"writing {path.name}", unit="rec", file=sys.stderr, delay=2.0):
-                counts.read += 1
-                result, skipped_by_name = apply_transforms(record, transforms)
-                if result is None:
-                    skipped_by[skipped_by_name] += 1
-                    continue
-                out.write(_canonical_json(result, where=f"{path}, record {counts.read - 1}") + "\n")
-                counts.written += 1
+    with atomic.output_file(path, "w") as out:  # published only if the block ends without an error
+        for record in tqdm(records, desc=f"writing {path.name}", unit="rec", file=sys.stderr, delay=2.0):
+            counts.read += 1
+            result, skipped_by_name = apply_transforms(record, transforms)
+            if result is None:
+                skipped_by[skipped_by_name] += 1
+                continue
+            out.write(_canonical_json(result, where=f"{path}, record {counts.read - 1}") + "\n")
+            counts.written += 1
         counts.skipped_by = dict(sorted(skipped_by.items()))
         counts.skipped = sum(skipped_by.values())
         if counts.read and not counts.written:
@@ -283,10 +279,6 @@ def write_jsonl(
                 f"all {counts.read} records for {path} were skipped by transforms {counts.skipped_by}; "
                 "check the field names the transforms expect"
             )
-        os.replace(temp_name, path)
-    finally:
-        if os.path.exists(temp_name):
-            os.remove(temp_name)
     return counts
 
 

@@ -3,7 +3,8 @@
 A stage or recipe orchestrator calls `run_step(main, config, ArtifactClass, inputs=[...])` for each
 step. If the step's output folder already holds an artifact made with exactly this config from these
 very inputs, and its files still match its digest, the step is skipped and that artifact returned;
-otherwise the step's `main(config)` runs. `force=True` runs it regardless.
+otherwise the step's `main(config)` runs. `force=True` runs it regardless. The step's output folder
+is locked meanwhile (`nemotron.artifact.lock`): a second run on it stops with one line.
 
 Training steps resume from their own checkpoints when they were interrupted (no artifact yet), so
 re-running an orchestrator after a crash picks up where it stopped. A step that had FINISHED but is
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nemotron.artifact import METADATA, Artifact
+from nemotron.artifact.lock import hold_output_dir
 
 A = TypeVar("A", bound=Artifact)
 
@@ -33,13 +35,14 @@ def run_step(
     force: bool = False,
 ) -> A:
     name = "/".join(main.__module__.split(".")[-2:])  # e.g. stage0_pretrain/training
-    if not force and (done := artifact_class.reuse(config, inputs)) is not None:
-        print(f"[skip] {name}: {done.path} is up to date", file=sys.stderr)
-        return done
-    if (Path(config.output_dir) / METADATA).exists():
-        shutil.rmtree(Path(config.output_dir) / "checkpoints", ignore_errors=True)
-    print(f"[run ] {name}", file=sys.stderr)
-    start = time.perf_counter()
-    artifact = main(config)
-    print(f"[done] {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
-    return artifact
+    with hold_output_dir(config.output_dir):  # before looking: another run may be writing there
+        if not force and (done := artifact_class.reuse(config, inputs)) is not None:
+            print(f"[skip] {name}: {done.path} is up to date", file=sys.stderr)
+            return done
+        if (Path(config.output_dir) / METADATA).exists():
+            shutil.rmtree(Path(config.output_dir) / "checkpoints", ignore_errors=True)
+        print(f"[run ] {name}", file=sys.stderr)
+        start = time.perf_counter()
+        artifact = main(config)
+        print(f"[done] {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+        return artifact

@@ -16,10 +16,10 @@ random generator states, the data position (`data_state`, e.g. `TokenWindows.sta
 and any `extra` numbers. Restoring all of them is what makes "train 6 steps" and "train 3, stop,
 resume, train 3" end with identical weights (tested).
 
-Atomicity: a checkpoint is written into a hidden temp folder (`.step_000050.<random>`) beside its
-final place and renamed into place only when every file is complete; a rename within one filesystem
-is atomic, so a crash mid-save leaves a temp folder that `latest_checkpoint` never picks up (and
-the next save removes). Only the newest `keep_last` checkpoints are kept.
+Atomicity: a checkpoint is written into a hidden temp folder (`.step_000050.<random>.tmp`, by
+`nemotron.atomic.output_folder`) beside its final place and renamed into place only when every file
+is complete; a rename within one filesystem is atomic, so a crash mid-save leaves a temp folder that
+`latest_checkpoint` never picks up (and the next save removes). Only the newest `keep_last` checkpoints are kept.
 
 With several processes (DDP), call `save_checkpoint` on the main rank only (all ranks hold the same
 weights and optimizer state); every rank calls `load_checkpoint`.
@@ -28,11 +28,9 @@ weights and optimizer state); every rank calls `load_checkpoint`.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -93,8 +92,7 @@ def save_checkpoint(
         raise NemotronError(f"keep_last must be at least 1, got {keep_last}; pass e.g. --keep-last 3")
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
+    with atomic.output_folder(final) as temp:  # an existing `final` (same step saved again) is swapped out
         with _quiet_progress_bars():
             _unwrap(model).save_pretrained(temp)
         if tokenizer is not None:
@@ -109,10 +107,6 @@ def save_checkpoint(
             "extra": extra or {},
         }
         torch.save(trainer_state, temp / TRAINER_STATE)
-        _replace_folder(temp, final)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
     _prune(final.parent, keep_last)
     return final
 
@@ -259,17 +253,6 @@ def _restore_rng_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
     if states["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def _replace_folder(temp: Path, final: Path) -> None:
-    """Rename `temp` to `final`; an existing `final` (same step saved again) is swapped out first."""
-    if final.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-        os.replace(final, old / final.name)
-        os.replace(temp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(temp, final)
 
 
 def _step_folders(folder: Path) -> list[tuple[int, Path]]:

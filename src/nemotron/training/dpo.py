@@ -20,14 +20,13 @@ Log-probs are *summed* over completion tokens (`nemotron.training.logprobs`), as
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 from nemotron.training.compute import all_reduce_mean
 from nemotron.training.logprobs import pair_logprobs
@@ -162,13 +161,8 @@ def dpo_validation(
 def save_reference_logps(path: Path, run_identity: dict, logps: dict[str, Logps]) -> None:
     """Store the reference log-probs of each split (`{"train": (chosen, rejected), ...}`) atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(descriptor)
-    try:
+    with atomic.output_path(path) as temp:
         torch.save({"run": run_identity, "logps": {split: list(pair) for split, pair in logps.items()}}, temp)
-        os.replace(temp, path)
-    finally:
-        Path(temp).unlink(missing_ok=True)
 
 
 def load_reference_logps(path: Path, run_identity: dict) -> dict[str, Logps] | None:

@@ -64,7 +64,6 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -72,6 +71,7 @@ from typing import Any, Literal
 
 import yaml
 
+from nemotron import atomic
 from nemotron.artifact import atomic_write_text
 from nemotron.errors import NemotronError
 
@@ -601,18 +601,12 @@ def export_hf_checkpoint(megatron_checkpoint: Path, out_dir: Path, scale: str, v
     from nemotron.models.nano2 import build_config
 
     out_dir = Path(out_dir)
-    temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic.output_folder(out_dir) as staging:
         bridge = AutoBridge.from_hf_config(build_config(scale, vocab_size))
-        bridge.export_ckpt(str(megatron_checkpoint), str(temp / "model"))
+        bridge.export_ckpt(str(megatron_checkpoint), str(staging))
         for file in Path(tokenizer_dir).iterdir():
             if file.is_file():
-                shutil.copy2(file, temp / "model" / file.name)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(temp / "model", out_dir)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+                shutil.copy2(file, staging / file.name)
     return out_dir
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from nemotron import atomic
 from nemotron.errors import NemotronError
 
 
@@ -119,7 +119,5 @@ def _plain(value: Any) -> Any:
 
 
 def _write_lines_atomically(path: Path, lines: list[str]) -> None:
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "w", encoding="utf-8") as stream:
+    with atomic.output_file(path, "w") as stream:
         stream.writelines(line + "\n" for line in lines)
-    os.replace(temp, path)

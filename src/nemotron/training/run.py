@@ -34,9 +34,7 @@ ranks' stdout is muted, so a job prints one artifact), and every rank meets at t
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -47,7 +45,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from nemotron.artifact import METADATA, Artifact
+from nemotron import atomic
+from nemotron.artifact import Artifact, mark_unfinished
 from nemotron.errors import NemotronError
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import (
@@ -154,8 +153,7 @@ class TrainingRun:
             self.state = LoopState(**saved["extra"]["loop"])
         self._resumed_from = self.state.step
         if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / METADATA).unlink(missing_ok=True)  # until this run completes, the folder holds no artifact
+            mark_unfinished(self.out)  # until this run completes, the folder holds no artifact
             self._log = MetricsLog(self.out / "metrics.jsonl", resume_step=self.state.step if latest else None)
             if self.state.step >= self.steps:
                 print(f"{self.name}: already finished: nothing to train ({self.state.step} of {self.steps} steps "
@@ -266,15 +264,7 @@ def check_same_run(saved: dict, current: dict, where: Path | str) -> None:
 
 def save_model_folder(model: nn.Module, tokenizer: Any, folder: Path | str) -> Path:
     """Save the final Hugging Face folder (weights, config, tokenizer) atomically; returns it."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with atomic.output_folder(Path(folder)) as staging:
         getattr(model, "module", model).save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+    return Path(folder)

@@ -4,7 +4,8 @@ A step's output is one of these classes, saved as `<output_dir>/metadata.json`; 
 it by type (`PretrainDataset.load(path=..., scale=...)`, or from the pipe). Fields typed
 `ArtifactPath` are files or folders that must exist; they are checked and hashed into the digest.
 The common fields of every artifact (config, scale, seed, inputs, producer, metrics, digest) come from
-`nemotron.artifact.Artifact`; the three checkpoints share `nemotron.training.artifacts.ModelCheckpoint`
+`nemotron.artifact.Artifact`; `made_by` names the step that makes each one (errors about a missing
+input say which step to run); the three checkpoints share `nemotron.training.artifacts.ModelCheckpoint`
 (model_dir, metrics_path, training_loss, validation_loss, steps).
 
     stage 0  data_curation -> PretrainDataset    training -> PretrainCheckpoint    evaluation -> PretrainResults
@@ -17,6 +18,7 @@ This module imports neither torch nor transformers: any step can import it cheap
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -28,6 +30,7 @@ from nemotron.training.artifacts import ModelCheckpoint
 
 
 class PretrainDataset(Artifact):
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.data_curation"
     tokenizer_dir: ArtifactPath  # HF tokenizer folder with SPECIAL_TOKENS and NANO2_CHAT_TEMPLATE
     train_prefixes: list[Path]  # bin/idx prefixes (files() adds each one's .bin and .idx)
     valid_prefixes: list[Path]
@@ -44,9 +47,11 @@ class PretrainDataset(Artifact):
 
 class PretrainCheckpoint(ModelCheckpoint):
     """The pretrained base model; training_loss is nats per token."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.training"
 
 
 class PretrainResults(Artifact):
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.evaluation"
     samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}]
     validation_loss: float  # mean next-token NLL, nats, on `config.split`
     perplexity: float
@@ -60,6 +65,7 @@ class PretrainResults(Artifact):
 
 
 class SFTDataset(Artifact):
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage1_sft.data_curation"
     tokenizer_dir: ArtifactPath
     train_packed: ArtifactPath
     valid_packed: ArtifactPath
@@ -76,9 +82,11 @@ class SFTDataset(Artifact):
 
 class SFTCheckpoint(ModelCheckpoint):
     """The chat model; training_loss is per assistant token."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage1_sft.training"
 
 
 class SFTResults(Artifact):
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage1_sft.evaluation"
     samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}] of the SFT model
     base_completion_nll: float
     sft_completion_nll: float
@@ -94,6 +102,7 @@ class SFTResults(Artifact):
 
 
 class PreferenceDataset(Artifact):
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage2_alignment.data_curation"
     tokenizer_dir: ArtifactPath
     train_pairs: ArtifactPath  # preference JSONL (prompt messages, chosen, rejected, rejected_kind, ...)
     valid_pairs: ArtifactPath  # the seeded held-out slice of the training pairs (DPO validation)
@@ -108,9 +117,11 @@ class PreferenceDataset(Artifact):
 
 class DPOCheckpoint(ModelCheckpoint):
     """The aligned model; training_loss is the DPO loss, validation_loss the DPO loss on valid_pairs."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage2_alignment.training"
 
 
 class DPOResults(Artifact):
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage2_alignment.evaluation"
     sft_preference_accuracy: float
     dpo_preference_accuracy: float
     reward_accuracy: float

@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemotron.artifact import METADATA, atomic_write_text
-from nemotron.artifact.__main__ import lineage_lines, read_metadata
+from nemotron import atomic
+from nemotron.artifact import METADATA
+from nemotron.artifact.lineage import lineage_lines, read_metadata
 from nemotron.errors import NemotronError
 from nemotron.training.metrics import read_metrics
 
@@ -142,10 +143,9 @@ def plot_loss_curves(checkpoints: list[dict[str, Any]], path: Path) -> None:
         ax.legend()
     axes[0][0].set_ylabel("loss")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, metadata={"Software": None})
+    with atomic.output_path(path) as temp:
+        fig.savefig(temp, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def write_report(folder: Path) -> Path:
     md += ["## Lineage", "", "```", *lineage_lines(starts[-1]), "```", ""]
 
     report = out / "report.md"
-    atomic_write_text(report, "\n".join(md))
+    atomic.write_text(report, "\n".join(md))
     return report
 
 

@@ -49,11 +49,11 @@ from pathlib import Path
 
 import tokenizers
 
+from nemotron import atomic
 from nemotron.artifact import (
-    METADATA,
     ArtifactRef,
     apply_scale,
-    atomic_write_text,
+    mark_unfinished,
     sha256_file,
     source_ref,
 )
@@ -130,9 +130,7 @@ def main(config: Config) -> PretrainDataset:
     sources = [source_ref(local) if local else ArtifactRef(type="hf_dataset", path=path)  # lineage: raw text
                for path, local in blend.source_locations().items()]
     run_hash = curation_run_hash(config, blend, sources)
-    out = config.output_dir.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METADATA).unlink(missing_ok=True)  # files may change from here on: no artifact may vouch for them
+    out = mark_unfinished(config.output_dir.resolve())  # files may change from here on: no artifact may vouch for them
 
     # --- pipeline: read -> filter -> dedup -> split -> tokenizer -> shards ---
     counts = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
@@ -240,7 +238,7 @@ def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRe
 
 def save_curation(out: Path, run_hash: str, splits: list[str], counts: dict) -> None:
     """Write the curation's counts, then its receipt over the split files: the commit point."""
-    atomic_write_text(out / "splits" / "counts.json", json.dumps(counts, indent=2, sort_keys=True) + "\n")
+    atomic.write_text(out / "splits" / "counts.json", json.dumps(counts, indent=2, sort_keys=True) + "\n")
     outputs = ["splits/counts.json", *(f"splits/{split}.jsonl" for split in splits)]
     write_receipt(out, make_receipt(out, run_hash, "curation", {"splits": splits}, outputs, {}))
 

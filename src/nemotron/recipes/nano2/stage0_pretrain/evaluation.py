@@ -35,7 +35,8 @@ from typing import Literal
 
 import numpy as np
 
-from nemotron.artifact import apply_scale, atomic_write_text
+from nemotron import atomic
+from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
@@ -106,9 +107,7 @@ def main(config: Config) -> PretrainResults:
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
 
-    checkpoint = PretrainCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
-    )
+    checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     dataset = load_upstream(
         PretrainDataset,
@@ -144,9 +143,8 @@ def main(config: Config) -> PretrainResults:
         samples = [{"prompt": p, "completion": c} for p, c in zip(SAMPLE_PROMPTS, completions)]
 
     # --- save ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    out = mark_unfinished(config.output_dir)
+    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     numbers = {
         "validation_loss": loss,
         "perplexity": perplexity(loss),

@@ -116,7 +116,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.windows import TokenWindows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains instead of this loop ---
-    dataset = PretrainDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
+    dataset = PretrainDataset.load_input(config, "dataset")
     steps = config.steps or STEPS[config.scale]
     if config.hands_off:
         return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale])

@@ -30,10 +30,7 @@ Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Out
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,7 +38,8 @@ from typing import Literal
 
 from tqdm import tqdm
 
-from nemotron.artifact import METADATA, apply_scale, source_ref
+from nemotron import atomic
+from nemotron.artifact import apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.chat_template import tokenize_conversation
 from nemotron.data_prep.conversations import (
@@ -106,12 +104,11 @@ def main(config: Config) -> SFTDataset:
     if config.pretrain_dataset_path is not None:
         # At scale the stage-0 model is still to be trained on the cluster; its tokenizer is the one the
         # stage-0 data was made with. The model's context is checked when Megatron-Bridge builds it.
-        checkpoint = PretrainDataset.load(path=config.pretrain_dataset_path, scale=config.scale)
+        checkpoint = PretrainDataset.load(path=config.pretrain_dataset_path, scale=config.scale,
+                                          flag="--pretrain-dataset-path")
         tokenizer_dir = checkpoint.tokenizer_dir
     else:
-        checkpoint = PretrainCheckpoint.load(
-            path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
-        )
+        checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
         tokenizer_dir = checkpoint.model_dir
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     tokenizer = load_tokenizer(tokenizer_dir)
@@ -153,9 +150,7 @@ def main(config: Config) -> SFTDataset:
             )
 
     # --- tokenize and pack ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METADATA).unlink(missing_ok=True)  # a failed re-run must not leave an artifact over mixed files
+    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
     packing = PackingConfig(pack_size=pack_size, overflow=config.overflow, seed=config.seed)
     packed_stats = {}
     for split in ("train", "valid"):
@@ -209,14 +204,8 @@ def main(config: Config) -> SFTDataset:
 
 def save_tokenizer(tokenizer, folder: Path) -> None:
     """Save the tokenizer so the dataset is self-contained; the folder appears atomically."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with atomic.output_folder(folder) as staging:
         tokenizer.save_pretrained(str(staging))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemotron.artifact import apply_scale, atomic_write_text
+from nemotron import atomic
+from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
@@ -106,7 +107,7 @@ def main(config: Config) -> SFTResults:
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
 
-    checkpoint = SFTCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     dataset = load_upstream(
@@ -141,9 +142,8 @@ def main(config: Config) -> SFTResults:
                 samples = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
 
     # --- save ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    out = mark_unfinished(config.output_dir)
+    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
     metrics["wall_seconds"] = time.perf_counter() - started
     get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)

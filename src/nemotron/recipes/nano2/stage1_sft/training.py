@@ -125,11 +125,10 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     from nemotron.training.samplers import EpochSampler
 
     # --- inputs: the dataset and the model it starts from, checked against each other ---
-    dataset = SFTDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
+    dataset = SFTDataset.load_input(config, "dataset")
     steps = config.steps or STEPS[config.scale]
     if config.hands_off:  # at scale: a GPU cluster fine-tunes the stage-0 Megatron checkpoint
-        stage0 = MegatronBridgeRun.load(path=config.checkpoint_path, reference=config.checkpoint_artifact,
-                                        scale=config.scale)
+        stage0 = MegatronBridgeRun.load_input(config, "checkpoint")
         return hand_off("sft", config, dataset, steps, dataset.pack_size, stage0.checkpoint_location)
     piped = config.dataset_path is None and config.dataset_artifact is None
     base = load_upstream(

@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemotron.artifact import METADATA, apply_scale, source_ref
+from nemotron.artifact import apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.preference import (
@@ -94,7 +94,7 @@ class Config:
 
 def main(config: Config) -> PreferenceDataset:
     # --- setup ---
-    sft = SFTDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
+    sft = SFTDataset.load_input(config, "dataset")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     train_conversations = read_conversations(sft.train_conversations)
     test_conversations = read_conversations(sft.test_conversations)
@@ -136,9 +136,7 @@ def main(config: Config) -> PreferenceDataset:
         )
 
     # --- write ---
-    out = config.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METADATA).unlink(missing_ok=True)  # a failed re-run must not leave an artifact over mixed files
+    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
     write_pairs([train_pairs[i] for i in train_ids], out / "train_pairs.jsonl")
     write_jsonl([train_pairs[i] for i in valid_ids], out / "valid_pairs.jsonl")
     write_pairs(test_pairs, out / "test_pairs.jsonl")

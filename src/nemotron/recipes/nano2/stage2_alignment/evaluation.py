@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemotron.artifact import apply_scale
+from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
@@ -92,7 +92,7 @@ def main(config: Config) -> DPOResults:
     from nemotron.training.dpo import reward_metrics
     from nemotron.training.logprobs import pair_logprobs
 
-    checkpoint = DPOCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     shared = {"scale": config.scale, "stdin": piped}
@@ -116,6 +116,7 @@ def main(config: Config) -> DPOResults:
     items = answer_items(read_conversations(sft_dataset.test_conversations)[:limit], config.num_distractors, config.seed)
 
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
+    mark_unfinished(config.output_dir)
     logps, metrics = {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):

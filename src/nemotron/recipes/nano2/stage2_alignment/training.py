@@ -138,8 +138,8 @@ def main(config: Config) -> DPOCheckpoint:
     if config.hands_off:
         raise NemotronError(DPO_AT_SCALE)
     check_dpo_settings(config.beta, config.loss_variant, config.label_smoothing)
-    dataset = PreferenceDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
-    sft = SFTCheckpoint.load(path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale)
+    dataset = PreferenceDataset.load_input(config, "dataset")
+    sft = SFTCheckpoint.load_input(config, "checkpoint")
     steps = config.steps or STEPS[config.scale]
     run = TrainingRun(config, inputs=[dataset, sft], steps=steps, name="dpo")
     tokenizer, sft_tokenizer = load_tokenizer(dataset.tokenizer_dir), load_tokenizer(sft.model_dir)
