@@ -116,3 +116,63 @@ def test_default_reference_model_smollm2_scores_offline(tmp_path, demo_pools):
     nll = [s["nll"] for s in read_records(scored.scores_path)]
     # A trained 135M model predicts Harmony completions far better than chance (ln 49152 = 10.8 nats).
     assert all(math.isfinite(x) for x in nll) and 0.2 < float(np.mean(nll)) < 5.0
+
+
+# --- embedding-based selection ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scored(tmp_path_factory, demo_pools, tiny_checkpoint):
+    return run_score(tmp_path_factory.mktemp("scored"), demo_pools, tiny_checkpoint, quantiles=(0.0, 1.0))
+
+
+def test_minilm_embeddings_are_normalized_and_meaningful():
+    from nemotron.models.embeddings import embed
+
+    vectors = embed(["What is the weather in Lyon?", "How is the weather in Paris today?",
+                     "Prove that the square of a real number is non-negative."])
+    assert vectors.shape == (3, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+def test_embed_select_keeps_a_diverse_subset(tmp_path, scored):
+    from nemotron.recipes.post_training_data import embed_select
+
+    chosen = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path, target_size=5))
+    selected = read_records(chosen.selected_path)
+    report = json.loads(chosen.report_path.read_text())
+    assert len(selected) == chosen.num_selected == 5
+    assert report["tool_call_coverage"] == 1.0 and report["unique_view_share"] > 0.9
+    assert np.load(chosen.embeddings_path).shape == (scored.num_selected, 384)
+    # Farthest-first picks different behaviours: not five records of one signature.
+    from nemotron.data_prep.post_training.selection import behaviour_signature
+
+    assert len({behaviour_signature(r["messages"]) for r in selected}) >= 2
+    again = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "again", target_size=5))
+    assert again.digest == chosen.digest
+
+
+def test_collapsed_view_and_nan_embeddings_stop_the_step(tmp_path, scored):
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    from nemotron.errors import NemotronError
+    from nemotron.models.embeddings import minilm_folder
+    from nemotron.recipes.post_training_data import embed_select
+
+    with pytest.raises(NemotronError, match="embedding view is collapsed"):
+        embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "a", min_unique_share=1.01))
+    broken = tmp_path / "broken"  # a real encoder folder whose weights hold NaN: MiniLM's tokenizer, a NaN BERT
+    broken.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(minilm_folder() / name, broken / name)
+    model = BertModel(BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32))
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight.fill_(float("nan"))
+    model.save_pretrained(broken)
+    with pytest.raises(NemotronError, match="embedding of text 0 is not finite"):
+        embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "b",
+                                              embedding_model=str(broken)))
+    assert not (tmp_path / "b" / "metadata.json").exists()
