@@ -176,3 +176,21 @@ def test_collapsed_view_and_nan_embeddings_stop_the_step(tmp_path, scored):
         embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "b",
                                               embedding_model=str(broken)))
     assert not (tmp_path / "b" / "metadata.json").exists()
+
+
+def test_orchestrator_end_to_end_with_lineage_to_the_raw_files(tmp_path, tiny_checkpoint, capsys):
+    import subprocess
+    import sys
+
+    from nemotron.recipes.post_training_data import __main__ as pipeline
+
+    config = pipeline.Config(output_dir=tmp_path, score=score.Config(reference_model=str(tiny_checkpoint)))
+    made = pipeline.main(config)
+    assert made["diverseselection"].num_selected > 0
+    again = pipeline.main(config)  # everything up to date: every step is skipped
+    assert {k: a.digest for k, a in again.items()} == {k: a.digest for k, a in made.items()}
+    assert capsys.readouterr().err.count("[skip]") == 4
+    lineage = subprocess.run([sys.executable, "-m", "nemotron.artifact", "lineage", str(tmp_path / "embed_select")],
+                             capture_output=True, text=True, check=True).stdout
+    for family in ("math", "proofs", "science", "agentic", "chat"):
+        assert f"demo/{family}/" in lineage
