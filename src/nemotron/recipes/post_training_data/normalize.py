@@ -54,7 +54,8 @@ class Config:
     sources: tuple[str, ...] = ()
     """FAMILY=PATH[#SPLIT] or FAMILY=hf:NAME[@CONFIG]#SPLIT; default: the shipped demo input."""
     strict: bool = False
-    """Stop at the first invalid record (file and line) instead of counting and skipping it."""
+    """Stop at the first invalid record (file and line) instead of counting and skipping it; empty
+    completions and duplicates are valid records and are still filtered and counted."""
     units_per_source: int = 2
     """Each source is cut into this many units of work (the resume and parallelism grain)."""
     records_per_file: int = 10_000
