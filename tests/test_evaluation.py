@@ -30,16 +30,10 @@ from nemotron.evaluation.language_modeling import (
     perplexity,
     target_utf8_bytes,
 )
-from nemotron.evaluation.multiple_choice import (
-    MCItem,
-    build_mc_items,
-    encode_pair,
-    loglikelihood,
-    mc_accuracy,
-)
+from nemotron.evaluation.multiple_choice import MCItem, build_mc_items, mc_accuracy
 from nemotron.evaluation.preference import preference_accuracy
 from nemotron.training.dpo import dpo_loss, reward_metrics
-from nemotron.training.logprobs import completion_logprobs, pair_logprobs
+from nemotron.training.logprobs import completion_logprobs, encode_pair, loglikelihood, pair_logprobs
 
 QA = [
     ("What is the capital of France?", "Paris"),

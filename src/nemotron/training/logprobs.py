@@ -9,6 +9,10 @@
   enabled, so DPO training uses the same function for the policy.
 - `pair_logprobs(model, prompts, chosen, rejected)`: both sides of every pair, without gradients, in
   eval mode: what evaluation and the frozen DPO reference need.
+- `loglikelihood(model, tokenizer, [(context, continuation), ...])`: lm-eval-harness's loglikelihood
+  request (sum of log p(continuation | context), and its token count), with `encode_pair` splitting the
+  two strings from one encoding of the joined text the way lm-eval does. Multiple-choice evaluation and
+  the post-training data scorer both use it.
 - `evaluation_mode(model)`: eval mode and no autograd inside a block, the caller's mode restored.
 
 Training (DPO) and evaluation (held-out loss, multiple choice, preference accuracy) both build on these,
@@ -31,6 +35,7 @@ from nemotron.errors import NemotronError
 PAD_FOR_SCORING = 0
 
 TokenSequence = Sequence[int] | np.ndarray | torch.Tensor
+Rendered = str | Sequence[int]  # text, or token ids used exactly as given
 
 
 @contextmanager
@@ -156,3 +161,46 @@ def pair_logprobs(
         chosen = completion_logprobs(model, prompts_ids, chosen_ids, batch_size=batch_size)
         rejected = completion_logprobs(model, prompts_ids, rejected_ids, batch_size=batch_size)
     return chosen, rejected
+
+
+def encode_pair(tokenizer, context: Rendered, continuation: Rendered) -> tuple[list[int], list[int]]:
+    """Context and continuation token ids.
+
+    Two strings are split from one encoding of the joined text (lm-eval's way). Token ids pass through
+    unchanged, which lets a caller score exactly the tokenization its model was trained on (stage1 passes
+    `tokenize_prompt(...)` ids and `answer ids + [<|im_end|>]`); a string next to ids is encoded alone.
+    """
+    if isinstance(context, str) and isinstance(continuation, str):
+        whole = tokenizer.encode(context + continuation, add_special_tokens=False)
+        context_ids = tokenizer.encode(context, add_special_tokens=False)
+        continuation_ids = whole[len(context_ids) :]
+    else:
+        context_ids, continuation_ids = (
+            tokenizer.encode(part, add_special_tokens=False)
+            if isinstance(part, str)
+            else [int(t) for t in part]
+            for part in (context, continuation)
+        )
+    if not context_ids:
+        raise NemotronError(
+            "a multiple-choice context rendered to no tokens; render_context must return text or ids"
+        )
+    if not continuation_ids:
+        raise NemotronError(f"the continuation {continuation!r} rendered to no tokens after its context")
+    return list(context_ids), list(continuation_ids)
+
+
+def loglikelihood(
+    model: torch.nn.Module, tokenizer, requests: Sequence[tuple[Rendered, Rendered]], *, batch_size: int = 8
+) -> list[tuple[float, int]]:
+    """For each (context, continuation): (sum of log p(continuation tokens | context), number of tokens)."""
+    encoded = [encode_pair(tokenizer, context, continuation) for context, continuation in requests]
+    sequences = [context_ids + continuation_ids for context_ids, continuation_ids in encoded]
+    results = []
+    with evaluation_mode(model):
+        for logprobs, (_, continuation_ids) in zip(
+            next_token_logprobs(model, sequences, batch_size=batch_size), encoded
+        ):
+            # The last len(continuation) predictions are exactly the continuation tokens.
+            results.append((float(logprobs[-len(continuation_ids) :].double().sum()), len(continuation_ids)))
+    return results

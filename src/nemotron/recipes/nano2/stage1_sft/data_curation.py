@@ -6,7 +6,8 @@ that stage-1 evaluation and stage-2 preference data need. In order:
 
 1. Gather conversations: the offline chatterbot corpus (~2,000 chats, 21 categories) plus any extra
    JSONL pools (`--extra-pool-path a.jsonl b.jsonl`, OpenAI `messages` or ShareGPT `conversations`
-   format, normalized by `nemotron.data_prep.transforms`). Scale caps how many are read (tiny:
+   format, normalized by `nemotron.data_prep.transforms`), and a post-training selection
+   (`--selected-path selected.parquet`, records with tool calls counted and skipped). Scale caps how many are read (tiny:
    10,000, which covers chatterbot whole; for this corpus scale governs steps and model size, not data).
 2. Validate (known roles, non-blank turns, user first, assistant last) and exact-dedup; chatterbot
    repeats many Q/A pairs verbatim, so dedup removes more than half of it. Rejects are counted by reason.
@@ -53,6 +54,7 @@ from nemotron.data_prep.conversations import (
     write_conversations,
 )
 from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
+from nemotron.data_prep.post_training.conversations import selected_conversations
 from nemotron.data_prep.splits import SPLITS, split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
@@ -82,6 +84,8 @@ class Config:
     """Include the offline chatterbot corpus."""
     extra_pool_path: tuple[Path, ...] = ()
     """Extra JSONL pools of chats (OpenAI `messages` or ShareGPT `conversations` records)."""
+    selected_path: Path | None = None
+    """Selected records of the post-training data pipeline (its selected.parquet); tool-using ones are skipped."""
     split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)
     """Shares of train, valid and test (before questions are moved to a single split)."""
     pack_size: int | None = None
@@ -130,8 +134,12 @@ def main(config: Config) -> SFTDataset:
         pool, source_skipped[path.name] = load_chat_pool(path)
         pools.append((path.name, pool))
         sources.append(source_ref(path))
+    if config.selected_path is not None:
+        pool, source_skipped["selected"] = selected_conversations(config.selected_path)
+        pools.append(("selected", pool))
+        sources.append(source_ref(config.selected_path))
     if not pools:
-        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl")
+        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl or --selected-path")
     gathered = [conversation for _, pool in pools for conversation in pool]
     conversations = gathered[: apply_scale(FULL_CONVERSATIONS, config.scale)]
     scale_limit_dropped = len(gathered) - len(conversations)

@@ -1,0 +1,1 @@
+"""The post-training data pipeline: normalize -> pools -> score -> select (see README.md)."""
