@@ -253,6 +253,15 @@ def test_rerun_skips_every_step_and_gives_the_same_artifacts(recipe):
     assert len(again.lines("[skip]")) == 9, again.stderr
     assert not again.lines("[run ]"), again.stderr
     assert digests(again.artifacts()) == digests(recipe.artifacts)
+    # The last line a person reads says what happened and where the report card is.
+    last = again.stderr.strip().splitlines()[-1]
+    assert last.startswith("summary: 0 steps run, 9 skipped (up to date)") and "report card:" in last, last
+
+
+def test_the_first_run_ends_with_a_one_line_summary(recipe):
+    last = recipe.first.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"summary: 9 steps run, 0 skipped \(up to date\), \d+ s; report card: .*report\.md", last), last
+    assert "falling back to its reference PyTorch implementation" not in recipe.first.stderr  # CPU: no CUDA noise
 
 
 def test_stages_piped_reuse_outputs_and_pass_all_artifacts_through(recipe):

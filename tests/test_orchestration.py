@@ -46,3 +46,16 @@ def test_skip_resume_and_fresh_restart(tmp_path):
     # --force on an up-to-date step also starts fresh.
     run_step(train, Config(output_dir=cfg.output_dir, lr=2.0), Trained, force=True)
     assert calls[-1] == []
+
+
+def test_a_changed_setting_is_named_with_old_and_new_values_before_the_step_is_replaced(tmp_path, capsys):
+    """A newcomer re-running with another setting is told which key changed, and that the run is replaced."""
+    run_step(train, Config(output_dir=tmp_path / "train"), Trained)
+    capsys.readouterr()
+    again = run_step(train, Config(output_dir=tmp_path / "train", lr=2.0), Trained)
+    stderr = capsys.readouterr().err
+    assert "settings changed" in stderr and "lr 1.0 -> 2.0" in stderr and "will be replaced" in stderr
+    assert "deleting the finished run's checkpoints" in stderr
+    assert again.config["lr"] == 2.0
+    run_step(train, Config(output_dir=tmp_path / "train", lr=2.0), Trained, force=True)
+    assert "(--force): the finished run in" in capsys.readouterr().err

@@ -48,6 +48,11 @@ def parse(main: Callable[[Any], Any], args: list[str] | None = None) -> Any:
     return tyro.cli(config_type, args=args, description=doc)
 
 
+# Called after a successful run, in order, once the artifacts are printed: what an orchestrator wants a
+# person to read last (nemotron.recipes.orchestration adds its one-line summary here).
+AT_END: list[Callable[[], None]] = []
+
+
 def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] | None = None) -> None:
     try:
         config = parse(main, args)
@@ -56,6 +61,8 @@ def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] |
             made = main(config)
         print_complete(made)
         get_lineage_tracker().finish()  # flush a W&B run; a no-op for the others
+        for hook in AT_END:
+            hook()
     except NemotronError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -244,11 +244,15 @@ class Artifact(BaseModel):
         wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
         saved = json.loads(json.dumps(art.config, default=str))
         if wanted != saved:
-            print(f"re-running {cls.type_name()}: config differs from {folder}", file=sys.stderr)
+            changed = [f"{key} {saved.get(key)!r} -> {wanted.get(key)!r}" for key in sorted(set(wanted) | set(saved))
+                       if wanted.get(key) != saved.get(key)]
+            print(f"re-running {cls.type_name()}: settings changed since {folder} was made ({'; '.join(changed)}); "
+                  "its outputs will be replaced", file=sys.stderr)
             return None
         recorded = {(ref.type, ref.digest) for ref in art.inputs}
         if any((inp.type, inp.digest) not in recorded for inp in inputs):
-            print(f"re-running {cls.type_name()}: an input changed since {folder}", file=sys.stderr)
+            print(f"re-running {cls.type_name()}: an input was re-made since {folder} was made from it; its "
+                  "outputs will be replaced", file=sys.stderr)
             return None
         return art
 

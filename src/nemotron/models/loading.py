@@ -7,6 +7,8 @@
 - `ModelLimits`: what a model can take: its vocabulary (embedding rows) and its context
   (`max_position_embeddings`), read from a loaded config or from a folder's config.json alone (no
   torch, no transformers: data curation uses it).
+- `quiet_cuda_kernel_notes()`: on a machine without CUDA, drop transformers' notes that the Mamba CUDA
+  kernels (mamba_ssm, causal_conv1d) are not installed: they cannot run on a CPU anyway.
 - `check_fits(limits, largest_id=..., longest=..., where=..., fix=...)`: refuse token ids beyond the
   embedding table (they crash mid-step on a CPU and read garbage on a GPU) and sequences longer than
   the context, before any work, naming the data and the fix.
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,20 @@ def check_fits(
         )
 
 
+class _DropKernelFallbackNotes(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "falling back to its reference PyTorch implementation" not in record.getMessage()
+
+
+def quiet_cuda_kernel_notes() -> None:
+    """Without CUDA, say nothing about missing CUDA kernels (transformers says it once per kernel, loudly)."""
+    import torch
+
+    logger = logging.getLogger("transformers.integrations.hub_kernels")
+    if not torch.cuda.is_available() and not any(isinstance(f, _DropKernelFallbackNotes) for f in logger.filters):
+        logger.addFilter(_DropKernelFallbackNotes())
+
+
 def load_model(model_dir: Path | str) -> tuple[Any, Any]:
     """(model in float32 eval mode, tokenizer) from a Hugging Face folder, offline."""
     import torch  # imported here: torch and transformers take seconds to import
@@ -68,6 +85,7 @@ def load_model(model_dir: Path | str) -> tuple[Any, Any]:
 
     from nemotron.data_prep.tokenizer import load_tokenizer
 
+    quiet_cuda_kernel_notes()
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise NemotronError(

@@ -5,6 +5,9 @@
 - `warmup_cosine(optimizer, warmup_steps, total_steps, min_lr_ratio)`: linear warmup, then a cosine
   decay to `min_lr_ratio * lr` (Loshchilov & Hutter, 2017, SGDR; the schedule GPT-3 and the
   Nemotron-H / Nano 2 reports use for pretraining), as a plain `torch.optim.lr_scheduler.LambdaLR`.
+- `WarmupStableDecay`: linear warmup, a long constant stage at the peak rate, then a short decay to
+  `min_lr_ratio * lr` over the last `decay_fraction` of the steps (warmup-stable-decay, Hu et al.,
+  2024, "MiniCPM"; the schedule of the Nemotron 3 Nano run). `--schedule wsd` selects it.
 
 Which parameters are not decayed, and why. Weight decay pulls every weight towards zero a little each
 step. That is a useful prior for the big projection matrices, but wrong for:
@@ -94,10 +97,31 @@ class WarmupCosine:
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
 
 
+class WarmupStableDecay(WarmupCosine):
+    """Warmup as `WarmupCosine`, then the peak rate until the last `decay_fraction` of the steps, then a
+    linear decay to `min_lr_ratio` (the "1-sqrt" and linear decays of the WSD papers behave alike at
+    this length; linear is the simplest to read)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float, decay_fraction: float) -> None:
+        super().__init__(warmup_steps, total_steps, min_lr_ratio)
+        self.decay_steps = max(1, round(decay_fraction * total_steps))
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / (self.warmup_steps + 1)
+        decay_start = self.total_steps - self.decay_steps
+        if step < decay_start:
+            return 1.0
+        progress = min(1.0, (step - decay_start) / self.decay_steps)
+        return 1.0 - (1.0 - self.min_lr_ratio) * progress
+
+
 def warmup_cosine(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,
+    decay_fraction: float | None = None,
 ) -> LambdaLR:
-    """A LambdaLR that follows `WarmupCosine`; call `scheduler.step()` once after each optimizer step."""
+    """A LambdaLR that follows `WarmupCosine`, or `WarmupStableDecay` when `decay_fraction` is given;
+    call `scheduler.step()` once after each optimizer step."""
     if total_steps <= 0:
         raise NemotronError(f"total_steps must be positive, got {total_steps}; pass e.g. --steps 300")
     if not 0 <= warmup_steps <= total_steps:
@@ -107,13 +131,18 @@ def warmup_cosine(
         )
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise NemotronError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}; pass e.g. 0.1")
-    return LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps, min_lr_ratio))
+    if decay_fraction is None:
+        return LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps, min_lr_ratio))
+    if not 0.0 < decay_fraction <= 1.0:
+        raise NemotronError(f"--decay-fraction {decay_fraction} must be in (0, 1]; 0.2 decays over the last 20%")
+    return LambdaLR(optimizer, WarmupStableDecay(warmup_steps, total_steps, min_lr_ratio, decay_fraction))
 
 
 def adamw_with_schedule(model: nn.Module, config, steps: int) -> tuple[torch.optim.AdamW, LambdaLR]:
-    """AdamW and its warmup + cosine schedule from a step's Config (`lr`, `weight_decay`, `warmup_steps`
-    (default 10% of `steps`), `min_lr_ratio`): the optimizer every nano2 training step uses."""
+    """AdamW and its schedule from a step's Config (`lr`, `weight_decay`, `warmup_steps` (default 10% of
+    `steps`), `min_lr_ratio`, `schedule` cosine|wsd and `decay_fraction`): what every training step uses."""
     warmup = steps // 10 if config.warmup_steps is None else config.warmup_steps
     optimizer = build_optimizer(model, lr=config.lr, weight_decay=config.weight_decay)
-    return optimizer, warmup_cosine(optimizer, warmup, steps, config.min_lr_ratio)
+    decay_fraction = config.decay_fraction if config.schedule == "wsd" else None
+    return optimizer, warmup_cosine(optimizer, warmup, steps, config.min_lr_ratio, decay_fraction)
 

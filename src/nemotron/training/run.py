@@ -48,6 +48,7 @@ from torch.nn.parallel import DistributedDataParallel
 from nemotron import atomic
 from nemotron.artifact import Artifact, mark_unfinished
 from nemotron.errors import NemotronError
+from nemotron.models.loading import quiet_cuda_kernel_notes
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import (
     barrier,
@@ -94,6 +95,7 @@ class TrainingRun:
         # --- compute: processes, threads, seeds ---
         self.info = setup_distributed()
         seed_everything(config.seed)
+        quiet_cuda_kernel_notes()  # on a CPU the Mamba CUDA kernels cannot run: no need to say so
         torch.set_num_threads(torch_threads(config.num_threads))
         if not self.info.is_main:
             sys.stdout = open(os.devnull, "w")  # one artifact JSON on stdout per job, from rank 0

@@ -17,6 +17,11 @@ from typing import Literal
 class TrainingSettings:
     precision: Literal["fp32", "bf16"] = "fp32"
     """bf16 autocast for forward passes (weights and optimizer stay fp32)."""
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """Learning-rate schedule after the warmup: cosine decay, or warmup-stable-decay (constant, then a
+    linear decay over the last --decay-fraction of the steps; nemotron.training.optim)."""
+    decay_fraction: float = 0.2
+    """With --schedule wsd: the share of the steps over which the rate decays to lr x min_lr_ratio."""
     compile: bool = False
     """torch.compile the model (inductor) before training. Off by default: at tiny, compiling takes
     longer than it saves within the run (benchmarks/bench_compile.py prints the break-even step)."""

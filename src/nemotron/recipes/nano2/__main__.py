@@ -20,7 +20,6 @@ training step resumes from its last checkpoint. Every knob of every step is a fl
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -28,6 +27,7 @@ from typing import Literal
 from nemotron.cli import run
 from nemotron.recipes.nano2 import at_scale
 from nemotron.recipes.nano2.report import write_report
+from nemotron.recipes.orchestration import SUMMARY
 from nemotron.recipes.nano2.stage0_pretrain import __main__ as stage0
 from nemotron.recipes.nano2.stage1_sft import __main__ as stage1
 from nemotron.recipes.nano2.stage2_alignment import __main__ as stage2
@@ -92,7 +92,7 @@ def main(config: Config) -> dict:
     )
 
     report = write_report(out)
-    print(f"report card: {report}", file=sys.stderr)
+    SUMMARY["report"] = report
     return {**pretrain, **sft, **aligned}
 
 

@@ -182,12 +182,18 @@ def write_report(folder: Path) -> Path:
         plot_loss_curves(checkpoints, out / "loss_curves.png")
         md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
 
-    md += ["", "## Steps", "", "| step | wall time (s) | digest | settings |", "|---|---|---|---|"]
+    md += ["", "## Steps", "",
+           "What the machine did: wall time, and for training steps the throughput and the processes x torch",
+           "threads they ran with (`nemotron.training.compute.torch_threads`).", "",
+           "| step | wall time (s) | tokens/s | processes x threads | digest | settings |",
+           "|---|---|---|---|---|---|"]
     for art in artifacts:
-        wall = art.get("metrics", {}).get("wall_seconds")
+        metrics = art.get("metrics", {})
+        wall, speed = metrics.get("wall_seconds"), metrics.get("tokens_per_second")
+        layout = f"{metrics['world_size']} x {metrics['num_threads']}" if "world_size" in metrics else ""
         md.append(
             f"| {step_name(art)} | {fmt(wall) if wall is not None else ''} | "
-            f"`{(art.get('digest') or '')[:12]}` | {settings(art)} |"
+            f"{f'{speed:,.0f}' if speed else ''} | {layout} | `{(art.get('digest') or '')[:12]}` | {settings(art)} |"
         )
     total = sum(a.get("metrics", {}).get("wall_seconds") or 0 for a in artifacts)
     md += ["", f"Total wall time of the steps: {total:.0f} s.", ""]

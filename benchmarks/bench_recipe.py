@@ -1,0 +1,67 @@
+"""The whole tiny recipe's wall time, step by step: the default compute policy against one thread.
+
+Runs `python -m nemotron.recipes.nano2 --scale tiny` twice into fresh folders, in this order:
+1. the default policy (`nemotron.training.compute.torch_threads`: every core this process may use);
+2. the old rule, one torch thread in every training and evaluation step (`--num-threads 1`);
+and prints each step's seconds (from the orchestrator's `[done] <step> in Ns` lines), the whole
+command's wall time, and the ratio one-thread / default. The issue-13 target: at most 160 s for the
+whole command on an idle 2-core machine.
+
+    python benchmarks/bench_recipe.py
+    python benchmarks/bench_recipe.py --only default      # one run, the default policy
+
+Run it on an idle machine (the load average is printed): other busy processes slow both runs and
+make threads spin-wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+STEPS = [f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
+         for step in ("data_curation", "training", "evaluation")]
+ONE_THREAD = [f"--{stage}.{step}.num-threads=1" for stage in ("stage0", "stage1", "stage2")
+              for step in ("training", "evaluation")]
+
+
+def run_recipe(out: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
+    command = [sys.executable, "-m", "nemotron.recipes.nano2", "--scale", "tiny", "--output-dir", str(out), *extra]
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    seconds = {match[0]: float(match[1]) for match in re.findall(r"\[done\] (\S+) in ([\d.]+)s", result.stderr)}
+    return wall, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["default", "one-thread"])
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    policies = {"default": [], "one-thread": ONE_THREAD}
+    if args.only:
+        policies = {args.only: policies[args.only]}
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, extra in policies.items():
+            results[name] = run_recipe(Path(tmp) / name, extra)
+    names = list(results)
+    print(f"{'step':<32}" + "".join(f"{name:>12}" for name in names))
+    for step in STEPS:
+        print(f"{step:<32}" + "".join(f"{results[name][1].get(step, float('nan')):>11.1f}s" for name in names))
+    print(f"{'whole command (wall)':<32}" + "".join(f"{results[name][0]:>11.1f}s" for name in names))
+    if len(names) == 2:
+        print(f"one-thread / default: {results['one-thread'][0] / results['default'][0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
