@@ -3,6 +3,8 @@
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pytest
+
 from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.recipes.orchestration import run_step
 
@@ -59,3 +61,24 @@ def test_a_changed_setting_is_named_with_old_and_new_values_before_the_step_is_r
     assert again.config["lr"] == 2.0
     run_step(train, Config(output_dir=tmp_path / "train", lr=2.0), Trained, force=True)
     assert "(--force): the finished run in" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_nested_flag_the_orchestrator_overwrites_is_refused_naming_the_top_level_flag(tmp_path):
+    """`--stage0.training.seed 3` used to be accepted and ignored; now it is one line naming `--seed`."""
+    import subprocess
+    import sys
+
+    def recipe(*flags: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "nemotron.recipes.nano2", "--output-dir", str(tmp_path / "nano2"), *flags]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    for flags, message in [
+        (("--stage0.training.seed", "3"), "--stage0.training.seed is set by the orchestrator for every step; pass --seed"),
+        (("--stage1.evaluation.output-dir", "x"), "--stage1.evaluation.output-dir is set by the orchestrator"),
+        (("--stage2.training.checkpoint-path", "x"), "the orchestrator hands each step the outputs of the step before"),
+    ]:
+        result = recipe(*flags)
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"] and message in result.stderr
+    assert not (tmp_path / "nano2").exists()

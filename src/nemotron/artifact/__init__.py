@@ -687,6 +687,8 @@ def summary_table(art: Artifact) -> str:
     for k, v in art.metrics.items():
         if isinstance(v, float):
             v = f"{v:.4g}"
-        if not isinstance(v, (dict, list)):
-            lines.append(f"  {k:<28} {v}")
+        elif isinstance(v, (dict, list)):  # e.g. counts by reason: compact JSON, cut to one line
+            text = json.dumps(v, default=str, separators=(", ", ": "))
+            v = text if len(text) <= 90 else text[:87] + "..."
+        lines.append(f"  {k:<28} {v}")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ are removed first, since they belong to the run being replaced and must not be r
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 from nemotron.artifact import METADATA, Artifact
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.cli import AT_END
+from nemotron.errors import NemotronError
 
 A = TypeVar("A", bound=Artifact)
 
@@ -72,3 +74,41 @@ def _summary() -> None:
     report = f"; report card: {SUMMARY['report']}" if SUMMARY["report"] else ""
     print(f"summary: {ran} steps run, {len(_STEPS) - ran} skipped (up to date), {seconds:.0f} s{report}",
           file=sys.stderr)
+
+
+# Fields every orchestrator sets on the steps it runs; a nested flag for one of them would be ignored.
+SET_BY_THE_ORCHESTRATOR = {"scale": "--scale", "seed": "--seed", "output_dir": "--output-dir", "force": "--force",
+                           "engine": "--engine", "dry_run": "--dry-run", "data_root": "--data-root", "nodes": "--nodes",
+                           "gpus_per_node": "--gpus-per-node", "container_image": "--container-image"}
+
+
+# Inputs an orchestrator hands from one step to the next (`--<name>-path` / `--<name>-artifact`). A
+# step's own extra inputs (a blend, extra chat pools, the user's pairs) stay settable.
+HANDED_INPUTS = {"dataset", "checkpoint", "base_checkpoint", "sft_checkpoint", "sft_dataset", "pools", "scores"}
+
+
+def refuse_overridden_flags(config: Any, prefix: str = "") -> None:
+    """Refuse a nested flag that the orchestrator would overwrite, in one line naming the flag to use.
+
+    An orchestrator's Config nests each step's Config, so `--help` offers `--stage0.training.seed`; but
+    the orchestrator sets seed, scale, output folders and inputs on every step, so such a flag would be
+    accepted and silently ignored. A nested value that differs from its default is therefore refused.
+    """
+    for field in dataclasses.fields(config):
+        nested = getattr(config, field.name)
+        if not dataclasses.is_dataclass(nested):
+            continue
+        flag = f"{prefix}{field.name.replace('_', '-')}"
+        default = type(nested)()
+        for name in (f.name for f in dataclasses.fields(nested)):
+            value = getattr(nested, name)
+            if value == getattr(default, name):
+                continue
+            option = f"--{flag}.{name.replace('_', '-')}"
+            if name in SET_BY_THE_ORCHESTRATOR:
+                raise NemotronError(f"{option} is set by the orchestrator for every step; pass "
+                                    f"{SET_BY_THE_ORCHESTRATOR[name]} (at the top level) instead")
+            if name.removesuffix("_path").removesuffix("_artifact") in HANDED_INPUTS:
+                raise NemotronError(f"{option}: the orchestrator hands each step the outputs of the step before; "
+                                    "to give a step another input, run that step alone (python -m ...<step> --help)")
+        refuse_overridden_flags(nested, prefix=f"{flag}.")

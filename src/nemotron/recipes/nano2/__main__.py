@@ -27,7 +27,7 @@ from typing import Literal
 from nemotron.cli import run
 from nemotron.recipes.nano2 import at_scale
 from nemotron.recipes.nano2.report import write_report
-from nemotron.recipes.orchestration import SUMMARY
+from nemotron.recipes.orchestration import SUMMARY, refuse_overridden_flags
 from nemotron.recipes.nano2.stage0_pretrain import __main__ as stage0
 from nemotron.recipes.nano2.stage1_sft import __main__ as stage1
 from nemotron.recipes.nano2.stage2_alignment import __main__ as stage2
@@ -67,6 +67,7 @@ class Config:
 
 
 def main(config: Config) -> dict:
+    refuse_overridden_flags(config)  # a nested flag the orchestrator would overwrite is one error line
     if config.engine == "megatron-bridge" or (config.engine is None and config.scale == "full"):
         return at_scale.main(config)
     shared = dict(scale=config.scale, seed=config.seed, force=config.force)

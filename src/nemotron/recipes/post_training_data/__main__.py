@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nemotron.cli import run
-from nemotron.recipes.orchestration import run_step
+from nemotron.recipes.orchestration import refuse_overridden_flags, run_step
 from nemotron.recipes.post_training_data import embed_select, normalize, pools, score
 from nemotron.recipes.post_training_data.artifacts import (
     CandidatePools,
@@ -55,6 +55,7 @@ class Config:
 
 
 def main(config: Config) -> dict:
+    refuse_overridden_flags(config)  # a nested flag the orchestrator would overwrite is one error line
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nemotron.cli import run
 from nemotron.recipes.nano2.stage0_pretrain import data_curation, evaluation, training
-from nemotron.recipes.orchestration import run_step
+from nemotron.recipes.orchestration import refuse_overridden_flags, run_step
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Config:
 
 
 def main(config: Config) -> dict:
+    refuse_overridden_flags(config)  # a nested flag the orchestrator would overwrite is one error line
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
 

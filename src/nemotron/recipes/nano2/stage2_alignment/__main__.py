@@ -19,7 +19,7 @@ from pathlib import Path
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import SFTCheckpoint, SFTDataset
 from nemotron.recipes.nano2.stage2_alignment import data_curation, evaluation, training
-from nemotron.recipes.orchestration import run_step
+from nemotron.recipes.orchestration import refuse_overridden_flags, run_step
 
 
 @dataclass
@@ -51,6 +51,7 @@ class Config:
 
 
 def main(config: Config) -> dict:
+    refuse_overridden_flags(config)  # a nested flag the orchestrator would overwrite is one error line
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
     sft = SFTCheckpoint.load(
