@@ -8,6 +8,7 @@ functions, so the same run works on a laptop folder and on a bucket:
     read_text(path)            write_text(path, text)  (atomic)
     publish(local_file, path)  move a finished local file to its final name (atomic)
     join(folder, name)         a Path for local folders, a "scheme://..." string for URLs
+    local_copy(path)           a local file for readers that need one (a URL is downloaded to a temp file)
 
 Local paths go straight to the same calls as before (`open`, `Path.stat`, `nemotron.atomic`), so the
 local path costs nothing extra and writes the same bytes.
@@ -29,6 +30,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -172,3 +176,19 @@ def make_folder(folder: PathLike) -> None:
     """Create a local folder (object stores have no folders: a key prefix exists once a key does)."""
     if not is_url(folder):
         local(folder).mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def local_copy(path: PathLike, base_dir: PathLike = ".") -> Iterator[Path]:
+    """A local file or folder holding `path`'s data: itself (relative to `base_dir`), or for a URL a
+    temporary download of the object, removed when the block ends."""
+    if not is_url(path):
+        yield local(base_dir) / local(path)
+        return
+    fs, inner = filesystem(str(path))
+    if not fs.isfile(inner):
+        raise NemotronError(f"source not found: {path}; check the bucket, the key and the credentials")
+    with tempfile.TemporaryDirectory(prefix="nemotron-source-") as folder:
+        copy = Path(folder) / inner.rstrip("/").rsplit("/", 1)[-1]
+        fs.get_file(inner, str(copy))
+        yield copy
