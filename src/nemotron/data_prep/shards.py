@@ -448,17 +448,19 @@ def finalize_run(plan: ShardPlan) -> RunStats:
 
 def _report_to_tracker(tracker, plan: ShardPlan, stats: RunStats, finished: dict[str, tuple[str, float]],
                        executor: str) -> None:
-    """The plan and the finished shards as tables, and the run's totals, on the active tracker."""
+    """The run's totals, and the plan and the finished shards as tables, on the active tracker."""
     run = f"data_prep/{plan.output_format}/{plan.run_hash[:16]}"
-    plan_rows = [[spec.name, spec.start, spec.end] for spec in plan.shards]
-    tracker.log_table(f"{run}/plan", ["shard", "input_start", "input_end"], plan_rows)
-    count_keys = sorted({key for shard in stats.shards for key in shard if key != "name"})
-    shard_rows = [[shard["name"], *finished.get(shard["name"], ("?", 0.0)), *(shard.get(k, 0) for k in count_keys)]
-                  for shard in stats.shards]
-    tracker.log_table(f"{run}/shards", ["shard", "status", "seconds", *count_keys], shard_rows)
     tracker.log_metrics({f"{run}/{key}": value for key, value in stats.totals.items()}
                         | {f"{run}/{key}": getattr(stats, key) for key in ("written", "redone", "skipped")}
                         | {f"{run}/executor_ray": int(executor == "ray")})
+    log_table = getattr(tracker, "log_table", None)  # trackers written before tables existed lack it
+    if log_table is None:
+        return
+    log_table(f"{run}/plan", ["shard", "input_start", "input_end"], [[s.name, s.start, s.end] for s in plan.shards])
+    count_keys = sorted({key for shard in stats.shards for key in shard if key != "name"})
+    shard_rows = [[shard["name"], *finished.get(shard["name"], ("?", 0.0)), *(shard.get(k, 0) for k in count_keys)]
+                  for shard in stats.shards]
+    log_table(f"{run}/shards", ["shard", "status", "seconds", *count_keys], shard_rows)
 
 
 def _plan_json(plan: ShardPlan) -> str:
