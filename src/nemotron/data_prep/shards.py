@@ -78,6 +78,7 @@ SHARD_FORMAT_VERSION = 1
 _BATCH_DOCUMENTS = 512
 # What each output format writes per shard (the receipt checksums these files).
 OUTPUT_SUFFIXES = {"bin_idx": (".bin", ".idx"), "packed_parquet": (".parquet",), "jsonl": (".jsonl",)}
+PROGRESS_LABELS = {"bin_idx": "tokenize shards", "packed_parquet": "pack shards", "jsonl": "jsonl shards"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True, executo
     # Each job carries the plan without the tokenizer: workers build it once, from the setup payload.
     light_plan = replace(plan, tokenizer_json="")
     jobs = [(light_plan, spec) for spec in plan.shards]
-    with tqdm(total=len(plan.shards), desc=f"{plan.output_format} shards", unit="shard", file=sys.stderr,
+    with tqdm(total=len(plan.shards), desc=PROGRESS_LABELS[plan.output_format], unit="shard", file=sys.stderr,
               disable=not progress) as bar:
         for name, status, seconds in run_work_items(_ensure_shard_job, jobs, _worker_state, _setup_payload(plan),
                                                    executor=executor, workers=workers):
