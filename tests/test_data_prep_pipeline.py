@@ -99,6 +99,8 @@ def test_the_plan_and_the_finished_shards_reach_a_wandb_run_as_tables(data, tmp_
     tokens = shards["columns"].index("tokens")
     assert [row[1] for row in shards["data"]] == ["written"] * 3
     assert sum(row[tokens] for row in shards["data"]) == stats.tokens
+    totals = tables["totals"]
+    assert totals["data"][0][totals["columns"].index("written")] == 3
 
 
 @pytest.mark.slow

@@ -189,7 +189,9 @@ class WandbTracker:
 
     def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
         """A W&B Table (e.g. a data-prep run's shard plan, or its finished shards with their counts)."""
-        self.run.log({key: self._wandb.Table(columns=columns, data=rows)})
+        # commit=False: the table joins the current step instead of advancing the step counter, so
+        # steps that log with explicit steps afterwards (training) are not refused as out of order.
+        self.run.log({key: self._wandb.Table(columns=columns, data=rows)}, commit=False)
 
     def finish(self) -> None:
         self.run.finish()

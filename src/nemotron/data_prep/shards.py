@@ -233,7 +233,6 @@ def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True, executo
     storage.make_folder(plan.output_dir)
     _remove_temp_files(plan.output_dir, "plan.json")
     storage.write_text(storage.join(plan.output_dir, "plan.json"), _plan_json(plan))
-    tracker = get_lineage_tracker()
     statuses = {"skipped": 0, "redone": 0, "written": 0}
     finished: dict[str, tuple[str, float]] = {}
     # Each job carries the plan without the tokenizer: workers build it once, from the setup payload.
@@ -246,10 +245,9 @@ def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True, executo
             statuses[status] += 1
             finished[name] = (status, seconds)
             bar.update()
-            tracker.log_metrics({"data_prep/shards_done": len(finished), "data_prep/shards_total": len(jobs)})
     stats = finalize_run(plan)
     stats.skipped, stats.redone, stats.written = statuses["skipped"], statuses["redone"], statuses["written"]
-    _report_to_tracker(tracker, plan, stats, finished, executor)
+    _report_to_tracker(get_lineage_tracker(), plan, stats, finished, executor)
     return stats
 
 
@@ -449,19 +447,20 @@ def finalize_run(plan: ShardPlan) -> RunStats:
 
 def _report_to_tracker(tracker, plan: ShardPlan, stats: RunStats, finished: dict[str, tuple[str, float]],
                        executor: str) -> None:
-    """The run's totals, and the plan and the finished shards as tables, on the active tracker."""
-    run = f"data_prep/{plan.output_format}/{plan.run_hash[:16]}"
-    tracker.log_metrics({f"{run}/{key}": value for key, value in stats.totals.items()}
-                        | {f"{run}/{key}": getattr(stats, key) for key in ("written", "redone", "skipped")}
-                        | {f"{run}/executor_ray": int(executor == "ray")})
+    """Three tables on the active tracker: the plan, the finished shards with their counts and status,
+    and the run's totals. Tables, not metrics: a metric would advance a W&B run's step counter under
+    the training steps that log into the same run after this one."""
     log_table = getattr(tracker, "log_table", None)  # trackers written before tables existed lack it
     if log_table is None:
         return
+    run = f"data_prep/{plan.output_format}/{plan.run_hash[:16]}"
     log_table(f"{run}/plan", ["shard", "input_start", "input_end"], [[s.name, s.start, s.end] for s in plan.shards])
     count_keys = sorted({key for shard in stats.shards for key in shard if key != "name"})
     shard_rows = [[shard["name"], *finished.get(shard["name"], ("?", 0.0)), *(shard.get(k, 0) for k in count_keys)]
                   for shard in stats.shards]
     log_table(f"{run}/shards", ["shard", "status", "seconds", *count_keys], shard_rows)
+    totals = {**stats.totals, "written": stats.written, "redone": stats.redone, "skipped": stats.skipped}
+    log_table(f"{run}/totals", ["executor", *totals], [[executor, *totals.values()]])
 
 
 def _plan_json(plan: ShardPlan) -> str:
