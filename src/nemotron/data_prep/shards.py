@@ -301,8 +301,7 @@ def _write_shard(plan: ShardPlan, spec: ShardSpec, state, folder: Path) -> tuple
         return plan.output_names(spec), _tokenize_shard(plan, spec, state, folder / spec.name)
     from nemotron.data_prep.shard_formats import write_format_shard
 
-    lines = ((offset, line) for offset, line in _read_lines(plan, spec))
-    return write_format_shard(plan.output_format, plan.options, state, lines, folder, spec.name,
+    return write_format_shard(plan.output_format, plan.options, state, _read_lines(plan, spec), folder, spec.name,
                               where=str(plan.input_path))
 
 
@@ -313,7 +312,8 @@ def _discard_shard(plan: ShardPlan, spec: ShardSpec) -> bool:
     leftovers = [receipt_path(run_dir, shard), *(storage.join(run_dir, name) for name in plan.output_names(spec))]
     removed = [path for path in leftovers if storage.remove(path)]
     if not storage.is_url(run_dir):  # temp files of interrupted atomic writes (object stores have none)
-        temps = sorted(Path(run_dir).glob(f".{shard}.*.tmp")) + sorted(Path(receipt_path(run_dir, shard)).parent.glob(f".{shard}.*.tmp"))
+        receipts = Path(receipt_path(run_dir, shard)).parent
+        temps = sorted(Path(run_dir).glob(f".{shard}.*.tmp")) + sorted(receipts.glob(f".{shard}.*.tmp"))
         for path in temps:
             path.unlink(missing_ok=True)
         removed += temps

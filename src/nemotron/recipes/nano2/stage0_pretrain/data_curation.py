@@ -293,8 +293,9 @@ def tokenize_split(out: Path, split: str, tokenizer_dir: Path, config: Config) -
     # checks them in this process instead of paying for a pool (spawned interpreters take seconds).
     pending = [s for s in plan.shards if not is_done(plan.output_dir, read_receipt(plan.output_dir, s.name),
                                                      plan.run_hash, s.name, s.work)]
-    workers = config.workers or (1 if config.scale == "tiny" else os.cpu_count() or 1)
     executor = config.executor if pending else "local"  # checking receipts needs no cluster
+    # A local Ray gets every core by default: starting it is what costs, not using it.
+    workers = config.workers or (1 if config.scale == "tiny" and executor == "local" else os.cpu_count() or 1)
     return run_shards(plan, workers=max(1, min(workers, len(pending))), executor=executor)
 
 
