@@ -115,3 +115,32 @@ def test_the_readme_quick_start_runs_as_written(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{16} \d+ packed sequences in \S+shard_00000\.parquet", sft)
     assert IndexedReader(tmp_path / pretrain.split(" in ")[1]).num_tokens > 0
     assert read_packed(tmp_path / sft.split(" in ")[1])
+
+
+@pytest.mark.slow
+def test_a_tokenizer_name_resolves_from_the_local_hugging_face_cache_offline(data, tmp_path):
+    # The cache layout huggingface_hub writes: models--owner--name/snapshots/<commit>/ and refs/main.
+    repo = tmp_path / "hub" / "models--local--tiny-bpe"
+    commit = "0" * 40
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for file in data["tokenizer"].iterdir():
+        (repo / "snapshots" / commit / file.name).write_bytes(file.read_bytes())
+    (repo / "snapshots" / commit / "config.json").write_text('{"model_type": "llama"}')  # as any model repo has
+    script = (
+        "import json, sys\n"
+        "from nemotron.data_prep import DataBlend, run_pretrain_pipeline\n"
+        "blend = DataBlend(sources=[{'path': sys.argv[1]}])\n"
+        "result = run_pretrain_pipeline(blend=blend, output_dir=sys.argv[2], tokenizer='local/tiny-bpe', num_shards=2)\n"
+        "print(json.dumps(result.data_paths))\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script, str(data["root"] / "docs.jsonl"), str(tmp_path / "named")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    by_name = json.loads(done.stdout)["train"]
+    by_folder = run_pretrain_pipeline(blend=DataBlend(sources=[{"path": str(data["root"] / "docs.jsonl")}]),
+                                      output_dir=tmp_path / "folder", tokenizer=data["tokenizer"], num_shards=2)
+    assert [Path(f"{p}.bin").read_bytes() for p in by_name] == \
+        [Path(f"{p}.bin").read_bytes() for p in by_folder.data_paths["train"]]
