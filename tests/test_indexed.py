@@ -139,19 +139,18 @@ def test_empty_documents_and_empty_shard_round_trip(tmp_path):
 
 @pytest.mark.parametrize(
     "document, message",
-    [
-        ([1, 70_000], r"not an integer that fits uint16"),
-        ([1, -1], r"not an integer that fits uint16"),
-        ([0.5, 1.5], r"not an integer that fits uint16"),
-        (np.array([1, 70_000]), r"token id 70000 does not fit uint16"),
+    [  # lists are checked as they arrive (naming the document), arrays when a block is written
+        ([1, 70_000], r"document 1 for .*bad\.bin: a token id is not an integer that fits uint16"),
+        ([1, -1], r"document 1 for .*bad\.bin: a token id is not an integer that fits uint16"),
+        ([0.5, 1.5], r"document 1 for .*bad\.bin: a token id is not an integer that fits uint16"),
+        (np.array([1, 70_000]), r"documents 0..1 for .*bad\.bin: token id 70000 does not fit uint16"),
     ],
 )
 def test_writer_refuses_tokens_it_would_store_wrongly(tmp_path, document, message):
-    writer = IndexedWriter(tmp_path / "bad", np.uint16)
-    writer.add_document([3, 4])
-    writer.add_document(document)
-    with pytest.raises(NemotronError, match=r"documents 0..1 for .*bad\.bin: .*" + message):
-        writer.finalize()
+    with pytest.raises(NemotronError, match=message):
+        with IndexedWriter(tmp_path / "bad", np.uint16) as writer:
+            writer.add_document([3, 4])
+            writer.add_document(document)
     assert list(tmp_path.iterdir()) == []  # refused before anything became visible
 
 

