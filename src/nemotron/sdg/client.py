@@ -155,7 +155,7 @@ class Client:
             except ValidationError as invalid:
                 first = invalid.errors()[0]
                 problems.append(f"{first['type']} at {'.'.join(map(str, first['loc'])) or 'top level'} "
-                                f"(finish_reason {reply.finish_reason})")
+                                f"(finish_reason {reply.finish_reason}, {len(text)} chars ending {text[-30:]!r})")
         raise InvalidOutput(f"{schema.__name__}: invalid after {attempts} attempts: {'; '.join(problems)}")
 
     def _with_retries(self, call, what: str):

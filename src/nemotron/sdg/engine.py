@@ -115,7 +115,10 @@ class Engine:
         if key not in self._grammars:
             try:
                 self._grammars[key] = (self._compiler.compile_builtin_json_grammar() if request.json_schema is None
-                                       else self._compiler.compile_json_schema(key, strict_mode=True))
+                                       # compact JSON: with any whitespace allowed a small model
+                                       # spends its tokens on newlines and indentation
+                                       else self._compiler.compile_json_schema(key, any_whitespace=False,
+                                                                               strict_mode=True))
             except Exception as error:  # xgrammar raises RuntimeError / ValueError for unsupported schemas
                 raise NemotronError(f"response_format json_schema cannot be compiled: {str(error).splitlines()[0]}") from None
         return self._grammars[key]

@@ -77,7 +77,7 @@ def _read_jsonl_records(root: Path) -> tuple[list[Path], dict[str, dict]]:
             key = str(record["id"])
             if key in records:
                 raise NemotronError(f"{file}:{number}: duplicate id {key!r}; seed ids must be unique")
-            records[key] = {"title": "", "url": "", "categories": [], **record, "id": key}
+            records[key] = {**record, "id": key}  # no invented columns: a template naming a missing one is refused
     return files, records
 
 
