@@ -87,11 +87,15 @@ def test_step_refuses_unknown_strategy_and_missing_column_before_any_request(tmp
 
 
 def test_qa_pairs_validate_and_format_into_training_text():
-    with pytest.raises(ValueError, match="multiple_choice question needs at least two choices"):
-        QAPair(question="Who?", answer="Hamlet", question_type="multiple_choice")
-    with pytest.raises(ValueError):
-        DiverseQA(pairs=[QAPair(question="Q", answer="A", question_type="open_ended")] * 2)  # fewer than three
-    qa = {"pairs": [{"question": "Is Hamlet a prince?", "answer": "Yes.", "question_type": "yes_no", "choices": None},
+    from pydantic import TypeAdapter
+
+    with pytest.raises(ValueError, match="choices"):  # multiple choice without choices
+        TypeAdapter(QAPair).validate_python({"question": "Who?", "answer": "Hamlet", "question_type": "multiple_choice"})
+    with pytest.raises(ValueError, match="at least 3"):
+        DiverseQA.model_validate({"pairs": [{"question": "Q", "answer": "A", "question_type": "open_ended"}] * 2})
+    schema = DiverseQA.model_json_schema()  # the rule is in the schema, so the grammar enforces it
+    assert schema["$defs"]["MultipleChoiceQA"]["required"] == ["question", "answer", "question_type", "choices"]
+    qa = {"pairs": [{"question": "Is Hamlet a prince?", "answer": "Yes.", "question_type": "yes_no"},
                     {"question": "Who is the ghost?", "answer": "B", "question_type": "multiple_choice",
                      "choices": ["Claudius", "Hamlet's father"]},
                     {"question": "Why does Hamlet wait?", "answer": "He doubts.", "question_type": "open_ended"}]}
@@ -102,10 +106,11 @@ def test_qa_pairs_validate_and_format_into_training_text():
 
 
 def test_cap_strings_bounds_every_string_of_a_schema():
-    capped = cap_strings(DiverseQA.model_json_schema(), 40)
-    pair = capped["$defs"]["QAPair"]["properties"]
+    capped = cap_strings(DiverseQA.model_json_schema(), 40, max_items=2)
+    pair = capped["$defs"]["MultipleChoiceQA"]["properties"]
     assert pair["question"]["maxLength"] == 40 and pair["answer"]["maxLength"] == 40
-    assert capped["properties"]["pairs"]["minItems"] == 3
+    assert pair["choices"]["items"]["maxLength"] == 40 and pair["choices"]["maxItems"] == 2
+    assert capped["properties"]["pairs"]["minItems"] == 3 and capped["properties"]["pairs"]["maxItems"] == 3
     assert cap_strings({"type": "string", "maxLength": 10}, 40)["maxLength"] == 10
 
 

@@ -125,11 +125,13 @@ class Client:
     # ------------------------------------------------------------------ one request
 
     def chat(self, messages: list[dict], *, schema: type[BaseModel] | None = None,
-             max_tokens: int | None = None, seed: int = 0, max_field_chars: int | None = None) -> Reply:
+             max_tokens: int | None = None, seed: int = 0, max_field_chars: int | None = None,
+             max_list_items: int | None = None) -> Reply:
         """One chat completion; with `schema`, validated (and asked again while invalid).
 
         `max_field_chars` caps every string of the schema sent to the server (the grammar then closes
-        a string at that length): the budget that keeps a small model's JSON inside max_tokens.
+        a string at that length) and `max_list_items` every list: the budget that keeps a small model's
+        JSON inside max_tokens.
         """
         attempts, problems = 0, []
         for attempt in range(1 + (self.endpoint.invalid_retries if schema else 0)):
@@ -138,7 +140,7 @@ class Client:
                                           max_tokens=max_tokens or self.endpoint.max_tokens, seed=seed + attempt)
             if schema is not None:
                 kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": schema.__name__, "schema": cap_strings(schema.model_json_schema(), max_field_chars),
+                    "name": schema.__name__, "schema": cap_strings(schema.model_json_schema(), max_field_chars, max_list_items),
                     "strict": True}}
             response = self._with_retries(lambda: self._client.chat.completions.create(**kwargs), "POST /chat/completions")
             attempts += 1
@@ -179,17 +181,19 @@ class Client:
                            f"attempts; start the server (python -m nemotron.sdg.serve) or fix the endpoint URL")
 
 
-def cap_strings(schema: Any, max_chars: int | None) -> Any:
-    """A copy of a JSON schema in which every string has maxLength <= max_chars (None: unchanged)."""
-    if max_chars is None:
-        return schema
+def cap_strings(schema: Any, max_chars: int | None, max_items: int | None = None) -> Any:
+    """A copy of a JSON schema in which every string has maxLength <= max_chars and every array
+    maxItems <= max(max_items, its minItems) (None: that bound unchanged)."""
     if isinstance(schema, list):
-        return [cap_strings(item, max_chars) for item in schema]
+        return [cap_strings(item, max_chars, max_items) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    capped = {key: cap_strings(value, max_chars) for key, value in schema.items()}
-    if capped.get("type") == "string":
+    capped = {key: cap_strings(value, max_chars, max_items) for key, value in schema.items()}
+    if capped.get("type") == "string" and max_chars is not None:
         capped["maxLength"] = min(capped.get("maxLength", max_chars), max_chars)
+    if capped.get("type") == "array" and max_items is not None:
+        bound = max(max_items, capped.get("minItems", 0))
+        capped["maxItems"] = min(capped.get("maxItems", bound), bound)
     return capped
 
 
@@ -212,6 +216,7 @@ class Job:
     schema: type[BaseModel] | None = None
     max_tokens: int | None = None
     max_field_chars: int | None = None
+    max_list_items: int | None = None
     meta: dict = field(default_factory=dict)
 
 
@@ -270,7 +275,7 @@ def run_jobs(client: Client, jobs: list[Job], path: Path, *, desc: str = "reques
         def refill() -> None:
             while len(pending) < client.endpoint.max_parallel_requests and (job := next(queue, None)) is not None:
                 pending[pool.submit(client.chat, job.messages, schema=job.schema, max_tokens=job.max_tokens,
-                                     max_field_chars=job.max_field_chars)] = job
+                                     max_field_chars=job.max_field_chars, max_list_items=job.max_list_items)] = job
 
         refill()
         try:

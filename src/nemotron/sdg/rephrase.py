@@ -46,20 +46,22 @@ class Generated:
 
 class Rephraser:
     def __init__(self, client: Client, strategies: list[Strategy], records: list[dict[str, Any]], *,
-                 max_seed_chars: int = 1500, max_field_chars: int | None = None, where: str = "the seed data"):
+                 max_seed_chars: int = 1500, max_field_chars: int | None = None, max_list_items: int | None = None,
+                 where: str = "the seed data"):
         check_columns(strategies, records, where)  # before any request
         self.client, self.strategies, self.records, self.max_seed_chars = client, strategies, records, max_seed_chars
-        self.max_field_chars = max_field_chars
+        self.max_field_chars, self.max_list_items = max_field_chars, max_list_items
 
     def jobs(self, records: list[dict[str, Any]] | None = None) -> list[Job]:
         return [Job(key=f"{record['id']}/{strategy.name}", messages=render(strategy, record, self.max_seed_chars),
-                    schema=strategy.schema, max_field_chars=self.max_field_chars, meta={"seed_id": record["id"], "strategy": strategy.name})
+                    schema=strategy.schema, max_field_chars=self.max_field_chars,
+                    max_list_items=self.max_list_items, meta={"seed_id": record["id"], "strategy": strategy.name})
                 for record in (self.records if records is None else records) for strategy in self.strategies]
 
     def run_hash(self) -> str:
         e = self.client.endpoint
         decides = {"model": e.model, "temperature": e.temperature, "max_tokens": e.max_tokens,
-                   "max_field_chars": self.max_field_chars,
+                   "max_field_chars": self.max_field_chars, "max_list_items": self.max_list_items,
                    "invalid_retries": e.invalid_retries, "max_seed_chars": self.max_seed_chars,
                    "strategies": [[s.name, s.system, s.template, s.schema.__name__ if s.schema else None]
                                   for s in self.strategies]}

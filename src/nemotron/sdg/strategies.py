@@ -12,8 +12,9 @@ Our five, each a template whose variables are seed columns (`text`, `title`, ...
 | `extract_knowledge`  | the knowledge in the passage, as a textbook-like passage             | text        |
 | `knowledge_list`     | the facts of the passage as a bulleted list                          | text        |
 
-`diverse_qa` is structured: the request carries the JSON schema of `DiverseQA` (a list of `QAPair`:
-question, answer, question_type yes_no / open_ended / multiple_choice, choices when multiple choice),
+`diverse_qa` is structured: the request carries the JSON schema of `DiverseQA` (3 to 6 `QAPair`s:
+question, answer, question_type yes_no / open_ended / multiple_choice, and choices (2-5) exactly when
+multiple choice),
 the server decodes under that grammar, and the client validates the answer with the same pydantic
 model. `format_output` turns it into training text ("Question: ... Answer: ...").
 
@@ -30,25 +31,35 @@ from typing import Annotated, Any, Literal
 
 import jinja2
 import jinja2.meta
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from nemotron.errors import NemotronError
 
 MAX_FIELD_CHARS = 300  # bounds each question / answer: a tiny model otherwise rambles until max_tokens
 
 
-class QAPair(BaseModel):
+class _QA(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_FIELD_CHARS)
     answer: str = Field(min_length=1, max_length=MAX_FIELD_CHARS)
-    question_type: Literal["yes_no", "open_ended", "multiple_choice"]
-    choices: list[Annotated[str, Field(max_length=MAX_FIELD_CHARS)]] | None = Field(default=None, max_length=5)
-    """The options of a multiple-choice question (2 to 5), else null."""
 
-    @model_validator(mode="after")
-    def _choices_match_type(self) -> QAPair:
-        if self.question_type == "multiple_choice" and not (self.choices and len(self.choices) >= 2):
-            raise ValueError("a multiple_choice question needs at least two choices")
-        return self
+
+class YesNoQA(_QA):
+    question_type: Literal["yes_no"]
+
+
+class OpenEndedQA(_QA):
+    question_type: Literal["open_ended"]
+
+
+class MultipleChoiceQA(_QA):
+    question_type: Literal["multiple_choice"]
+    choices: list[Annotated[str, Field(min_length=1, max_length=MAX_FIELD_CHARS)]] = Field(min_length=2, max_length=5)
+
+
+# One question-answer pair, its type the discriminator. A union rather than one class with an optional
+# `choices` and a validator: then "choices when multiple choice" is part of the JSON schema itself, so
+# the grammar enforces it while decoding instead of the client rejecting the answer afterwards.
+QAPair = Annotated[YesNoQA | OpenEndedQA | MultipleChoiceQA, Field(discriminator="question_type")]
 
 
 class DiverseQA(BaseModel):
@@ -148,7 +159,7 @@ def format_qa(qa: DiverseQA) -> str:
     blocks = []
     for pair in qa.pairs:
         lines = [f"Question: {pair.question.strip()}"]
-        for letter, choice in zip("ABCDE", pair.choices or []):
+        for letter, choice in zip("ABCDE", getattr(pair, "choices", [])):
             lines.append(f"{letter}) {choice.strip()}")
         lines.append(f"Answer: {pair.answer.strip()}")
         blocks.append("\n".join(lines))

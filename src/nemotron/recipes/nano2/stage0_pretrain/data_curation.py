@@ -119,6 +119,8 @@ class Synthetic:
     """Each seed text is cut to this many characters in the prompt."""
     max_field_chars: int = 300
     """Cap on every string of a structured answer (QA fields, judge reasons)."""
+    max_list_items: int | None = None
+    """Cap on the items of every list of a structured answer (at least 3 QA pairs stay required)."""
     judge: bool = True
     """Score each rephrase with the LLM judge."""
     judge_max_tokens: int = 160
@@ -277,6 +279,7 @@ def make_synthetic(config: Config, out: Path) -> SyntheticDataset | None:
         return None
     step = synthetic_data.Config(strategies=tuple(options.strategies), num_documents=options.num_documents,
                                  max_seed_chars=options.max_seed_chars, max_field_chars=options.max_field_chars,
+                                 max_list_items=options.max_list_items,
                                  judge=options.judge, judge_max_tokens=options.judge_max_tokens,
                                  measure_requests=options.measure_requests, endpoint=options.endpoint,
                                  output_dir=out / "synthetic", scale=config.scale, seed=config.seed)

@@ -70,6 +70,8 @@ class Config:
     max_field_chars: int = 300
     """Every string of a structured answer (a QA question, answer or choice, a judge's reason) is capped
     at this many characters by the grammar: it keeps a small model's JSON inside max_tokens."""
+    max_list_items: int | None = None
+    """Cap on the items of every list of a structured answer (QA pairs: at least 3 stay required)."""
     judge: bool = True
     """Score each rephrase with the LLM judge (coherence, faithfulness, information density)."""
     judge_model: str | None = None
@@ -105,7 +107,8 @@ def main(config: Config) -> SyntheticDataset:
     strategies = select(config.strategies, extra)
     client = Client(config.endpoint)
     rephraser = Rephraser(client, strategies, records, max_seed_chars=config.max_seed_chars,
-                          max_field_chars=config.max_field_chars, where=config.seed_source)
+                          max_field_chars=config.max_field_chars, max_list_items=config.max_list_items,
+                          where=config.seed_source)
     served = client.check()
     judge_client = Client(Endpoint(**{**asdict(config.endpoint), "model": config.judge_model or config.endpoint.model,
                                       "alias": "judge", "temperature": 0.0}))
