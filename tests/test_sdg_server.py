@@ -235,15 +235,18 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
 
     synthetic = data_curation.Synthetic(
         strategies=("wikipedia_rephrase", "diverse_qa"), weight=0.05, num_documents=2, max_seed_chars=300,
-        max_field_chars=12, max_list_items=2, judge_max_tokens=100, measure_requests=2,
+        max_field_chars=12, max_list_items=2, judge_max_tokens=140, measure_requests=2,
         endpoint=endpoint(server, max_tokens=240, max_parallel_requests=4, invalid_retries=1))
     dataset = data_curation.main(data_curation.Config(output_dir=tmp_path / "curation", synthetic=synthetic))
     made = dataset.metrics["synthetic"]
     assert made["records"] >= 3 and made["drawn"] > 0 and set(made["by_strategy"]) <= {"wikipedia_rephrase", "diverse_qa"}
-    train = read_jsonl(tmp_path / "curation" / "splits" / "train.jsonl").documents
-    assert sum(d.source == "synthetic" for d in train) == made["drawn"]
-    assert not any(d.source == "synthetic" for split in ("valid", "test")
-                   for d in read_jsonl(tmp_path / "curation" / "splits" / f"{split}.jsonl").documents)
+
+    def rephrased(split: str) -> list:  # synthetic ids are "<seed id>/<strategy>"
+        docs = read_jsonl(tmp_path / "curation" / "splits" / f"{split}.jsonl").documents
+        return [d for d in docs if d.id.rsplit("/", 1)[-1] in synthetic.strategies]
+
+    assert len(rephrased("train")) == made["drawn"]
+    assert not rephrased("valid") and not rephrased("test")  # rephrases go to train only
     assert dataset.num_train_tokens > 0 and dataset.train_prefixes
 
     # lineage: the shards <- the rephrased data <- its seed documents and the model that wrote it
@@ -254,13 +257,14 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
 
     # the synthetic step: judged, billed, throughput measured
     from nemotron.recipes.nano2.artifacts import SyntheticDataset
-    rephrased = SyntheticDataset.load(path=tmp_path / "curation" / "synthetic")
-    assert rephrased.metrics["throughput"]["concurrent"]["requests"] == 2
-    bill = json.loads(rephrased.bill_path.read_text())
-    assert bill["strategies"]["total"]["tokens"] == rephrased.metrics["tokens"] > 0
+    made_data = SyntheticDataset.load(path=tmp_path / "curation" / "synthetic")
+    assert made_data.metrics["throughput"]["concurrent"]["requests"] == 2
+    bill = json.loads(made_data.bill_path.read_text())
+    assert bill["strategies"]["total"]["tokens"] == made_data.metrics["tokens"] > 0
+    assert bill["strategies"]["judge"]["prompt_tokens"] > 0  # judging is on the bill too
 
     # scored: perplexity of both sides beside the judge, per strategy
-    quality = synthetic_quality.main(synthetic_quality.Config(synthetic_path=rephrased.path,
+    quality = synthetic_quality.main(synthetic_quality.Config(synthetic_path=made_data.path,
                                                               output_dir=tmp_path / "quality", max_tokens=64))
     for strategy, row in quality.table.items():
         assert row["ppl_original"] > 1 and row["ppl_rephrased"] > 1

@@ -124,8 +124,10 @@ def side_by_side(title: str, left: str, right: str, width: int = 60, max_lines: 
 
 
 def judge(client: Client, rows: list[dict[str, Any]], work_dir: Path, *,
-          max_chars: int = 1500, max_tokens: int = 160, max_field_chars: int | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Rows with `judge_*` columns (None where the judge's answer stayed invalid), and the failures."""
+          max_chars: int = 1500, max_tokens: int = 160,
+          max_field_chars: int | None = None) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, int]]:
+    """Rows with `judge_*` columns (None where the judge's answer stayed invalid), the failures, and
+    the judge's own prompt and completion tokens (they belong on the bill too)."""
     jobs = [Job(key=row["id"], messages=judge_messages(row["original"], row["text"], max_chars),
                 schema=JudgeScores, max_tokens=max_tokens, max_field_chars=max_field_chars) for row in rows]
     e = client.endpoint
@@ -138,7 +140,8 @@ def judge(client: Client, rows: list[dict[str, Any]], work_dir: Path, *,
             stale.unlink()
     run = run_jobs(client, jobs, path, desc="judge")
     judged = [{**row, **flat_scores((run.records.get(row["id"]) or {}).get("parsed"))} for row in rows]
-    return judged, run.failed
+    tokens = {key: sum(record[key] for record in run.records.values()) for key in ("prompt_tokens", "completion_tokens")}
+    return judged, run.failed, tokens
 
 
 def tokens_by_strategy(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

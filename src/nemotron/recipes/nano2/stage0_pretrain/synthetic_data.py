@@ -119,15 +119,18 @@ def main(config: Config) -> SyntheticDataset:
     # --- work: preview, generate (resumable), judge, measure ---
     rephraser.preview(config.preview, out / "work")
     generated = rephraser.create(out / "work")
-    rows, judge_failed = generated.rows, {}
+    rows, judge_failed, judge_tokens = generated.rows, {}, None
     if config.judge and rows:
-        rows, judge_failed = judge(judge_client, rows, out / "work", max_chars=config.max_seed_chars,
+        rows, judge_failed, judge_tokens = judge(judge_client, rows, out / "work", max_chars=config.max_seed_chars,
                                    max_tokens=config.judge_max_tokens, max_field_chars=config.max_field_chars)
     throughput = measure(client, config, served) if config.measure_requests > 0 else {}
 
     # --- finalize: Parquet, bill, artifact ---
     write_parquet(rows, out / "synthetic.parquet")
-    bill = cost.bill(tokens_by_strategy(rows), len(records), mfu=config.bill_mfu)
+    tokens = tokens_by_strategy(rows)
+    if judge_tokens is not None:
+        tokens["judge"] = judge_tokens  # judging is part of the cost of the data
+    bill = cost.bill(tokens, len(records), mfu=config.bill_mfu)
     atomic.write_text(out / "bill.json", _json(bill))
     print(cost.format_bill(bill), file=sys.stderr)
     failed = {"rephrase": len(generated.failed), "judge": len(judge_failed)}
