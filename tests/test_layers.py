@@ -3,6 +3,7 @@
     recipes/<model>/stage*/   steps           (evaluation steps are the only ones that use evaluation/)
     evaluation/               metrics and harnesses
     training/                 the training run, losses, samplers, compute setup
+    sdg/                      synthetic data: endpoint client, local server, strategies, judge, cost
     models/                   model configs, loading, "fits this model" checks
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
     artifact/ trackers cli    the contract every step keeps (and atomic writes, errors)
@@ -24,7 +25,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
-LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "training", "evaluation", "recipes"]
+LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "training", "sdg", "evaluation",
+          "recipes"]
 BASE = {"artifact", "trackers", "cli", "errors", "atomic", "__init__"}  # the contract: importable from anywhere
 
 
@@ -74,7 +76,7 @@ def test_the_layer_test_sees_every_step():
     assert {"data_curation.py", "training.py", "evaluation.py"} <= names and len(STEPS) >= 12
 
 
-CURATION_STEPS = [p for p in STEPS if p.name in ("data_curation.py", "normalize.py", "pools.py")]
+CURATION_STEPS = [p for p in STEPS if p.name in ("data_curation.py", "normalize.py", "pools.py", "synthetic_data.py")]
 LIGHT = ["nemotron.recipes.nano2.artifacts", "nemotron.artifact", "nemotron.cli", "nemotron.recipes.orchestration",
          "nemotron.recipes.nano2.__main__"]
 

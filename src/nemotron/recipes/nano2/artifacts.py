@@ -131,3 +131,23 @@ class DPOResults(Artifact):
     sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
     dpo_answer_accuracy_mutual_info: float
     num_pairs: int = Field(gt=0)
+
+
+# ---- stage 0, optional: synthetic pretraining data by rephrasing --------------------------------------
+
+
+class SyntheticDataset(Artifact):
+    """Seed documents rephrased by an LLM (one row per document and strategy), judged, with the bill."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.synthetic_data"
+    data_path: ArtifactPath  # synthetic.parquet: id, seed_id, strategy, text, output, model, tokens, judge_*
+    bill_path: ArtifactPath  # bill.json: tokens, FLOPs, GPU-hours, memory, projections (nemotron.sdg.cost)
+    strategies: list[str]
+    model: dict  # the endpoint: url, served model id, alias, and what /v1/models says of it
+    num_records: int = Field(gt=0)
+
+
+class SyntheticQuality(Artifact):
+    """Perplexity of originals and rephrases under a reference LM, beside the judge's scores, per strategy."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.synthetic_quality"
+    scores_path: ArtifactPath  # scores.parquet: the synthetic rows plus ppl_original and ppl_rephrased
+    table: dict  # {strategy: {records, ppl_original, ppl_rephrased, judge_*, output_input_token_ratio}}

