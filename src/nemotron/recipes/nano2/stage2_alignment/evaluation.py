@@ -13,6 +13,10 @@ conversations, never trained on), so `sft_*` and `dpo_*` metrics sit side by sid
   models, to show that alignment did not cost the model its answers (the "alignment tax", Ouyang et al.,
   2022).
 
+With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same pairs (`nano2_preferences`, the
+chosen answer as choice 0: its `acc` is our summed-log-prob preference accuracy) and answer items
+(`nano2_answers`) for both models, plus any standard `--benchmarks` from the local Hugging Face cache.
+
 Inputs: a `DPOCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`), and, each by its
 `--...-path` flag, else stdin in a pipe, else the recorded lineage: the `PreferenceDataset` and the
 `SFTCheckpoint` DPO was trained from, and the `SFTDataset` behind them. Output: a `DPOResults`.
@@ -30,6 +34,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
@@ -72,6 +77,12 @@ class Config:
     """Held-out pairs and questions to score (the first ones of each file); default per scale."""
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
+    harness: Literal["ours", "lm_eval"] = "ours"
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items (nemotron.evaluation.harness)."""
+    benchmarks: tuple[str, ...] = ()
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    benchmark_limit: int | None = None
+    """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = None
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
@@ -87,11 +98,13 @@ class Config:
 def main(config: Config) -> DPOResults:
     # --- setup: the DPO checkpoint and everything it was made from ---
     from nemotron.evaluation.chat import answer_accuracy, answer_items
+    from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval, preference_task
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
     from nemotron.training.dpo import reward_metrics
     from nemotron.training.logprobs import pair_logprobs
 
+    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
@@ -116,7 +129,7 @@ def main(config: Config) -> DPOResults:
     items = answer_items(read_conversations(sft_dataset.test_conversations)[:limit], config.num_distractors, config.seed)
 
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
-    mark_unfinished(config.output_dir)
+    out = mark_unfinished(config.output_dir)
     logps, metrics = {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
@@ -126,6 +139,16 @@ def main(config: Config) -> DPOResults:
             lengths = ([len(ids) for ids in chosen], [len(ids) for ids in rejected])
             metrics |= preference_metrics(name, *logps[name], *lengths, kinds=[p["rejected_kind"] for p in pairs])
             metrics |= answer_accuracy(model, tokenizer, items, batch_size=config.batch_size).metrics(f"{name}_answer")
+
+        # --- lm-eval (--harness lm_eval): the same pairs and items as lm-eval tasks, and any --benchmarks ---
+        lm_eval = {"benchmarks": []}
+        if lm_eval_tasks is not None:
+            tasks = [preference_task("nano2_preferences", tokenizer, pairs), chat_choice_task("nano2_answers", tokenizer, items)]
+            metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
+                out, lm_eval_tasks, tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir}, config.benchmarks,
+                batch_size=config.batch_size, limit=config.benchmark_limit,
+            )
+            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
     # The SFT model is DPO's reference: its log-probs of the same answers turn into the implicit rewards.
     rewards = reward_metrics(*logps["dpo"], *logps["sft"], beta=beta)
     metrics |= rewards | {"beta": beta, "num_pairs": len(pairs), "wall_seconds": time.perf_counter() - started}
@@ -135,7 +158,7 @@ def main(config: Config) -> DPOResults:
         {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}, step=checkpoint.steps
     )
     return DPOResults(
-        path=config.output_dir,
+        path=out,
         config=asdict(config),
         scale=config.scale,
         seed=config.seed,
@@ -149,6 +172,8 @@ def main(config: Config) -> DPOResults:
         sft_answer_accuracy_mutual_info=metrics["sft_answer_accuracy_mutual_info"],
         dpo_answer_accuracy_mutual_info=metrics["dpo_answer_accuracy_mutual_info"],
         num_pairs=len(pairs),
+        harness=config.harness,
+        **lm_eval,
         metrics=metrics,
     ).save()
 
