@@ -16,6 +16,7 @@ from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.dedup import normalize
 from nemotron.data_prep.preference import (
     REJECTED_KINDS,
+    build_pairs,
     read_pairs,
     shuffle_words,
     truncate_words,
@@ -150,3 +151,28 @@ def test_training_pairs_are_tokenized_length_filtered_and_split_for_dpo(sft, pai
 
 def read_jsonl_records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_more_training_pairs_per_conversation_leave_the_held_out_pairs_unchanged(sft, pairs, tmp_path):
+    more = main(Config(dataset_path=sft.path, output_dir=tmp_path / "more", train_pairs_per_conversation=3))
+    # Held-out pairs are not made easier (or different) by how the training pairs are built.
+    assert more.test_pairs.read_bytes() == pairs.test_pairs.read_bytes()
+    assert more.num_train_pairs > 2 * pairs.num_train_pairs
+    assert more.metrics["train_conversations_without_pair"] == pairs.metrics["train_conversations_without_pair"]
+    # Each conversation's first pair is the one of one pair per conversation; the others add new kinds.
+    conversations = read_conversations(sft.train_conversations)
+    single = {p["id"]: p for p in build_pairs(conversations, seed=0)}
+    every = build_pairs(conversations, seed=0, per_conversation=3)
+    assert len({p["id"] for p in every}) == len(every)
+    extra: dict[str, list[str]] = {}
+    for pair in every:
+        if pair["id"] in single:
+            assert pair == single[pair["id"]]
+            extra[pair["id"]] = [pair["rejected_kind"]]
+        else:
+            conversation_id, kind = pair["id"].rsplit("/", 1)
+            assert kind == pair["rejected_kind"] and kind not in extra[conversation_id]
+            extra[conversation_id].append(kind)
+    assert extra.keys() == single.keys()
+    with pytest.raises(NemotronError, match="pairs per conversation 4 must be 1 to 3"):
+        main(Config(dataset_path=sft.path, output_dir=tmp_path / "four", train_pairs_per_conversation=4))

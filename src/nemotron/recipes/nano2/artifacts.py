@@ -94,7 +94,7 @@ class SFTCheckpoint(ModelCheckpoint):
 
 class SFTResults(EvaluationResults):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage1_sft.evaluation"
-    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}] of the SFT model
+    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion" (SFT), "base_completion"}]
     base_completion_nll: float
     sft_completion_nll: float
     base_answer_accuracy: float
@@ -138,3 +138,4 @@ class DPOResults(EvaluationResults):
     sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
     dpo_answer_accuracy_mutual_info: float
     num_pairs: int = Field(gt=0)
+    samples_path: ArtifactPath | None = None  # samples.json: [{"prompt", "completion", "sft_completion"}]

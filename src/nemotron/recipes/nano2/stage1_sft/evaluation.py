@@ -10,7 +10,8 @@ Both models are scored in the same run on the same held-out TEST conversations o
   and `acc_norm` divided by answer length in characters), and `acc_mutual_info` (Holtzman et al., 2021):
   log p(answer | question) minus log p(answer | "Answer:"). Chance is 25%. The mutual-info accuracy is the
   headline (`*_answer_accuracy_mutual_info`); see "Why mutual information" below;
-- a few greedy chat answers of the SFT model (samples.json), so a reader sees what it says.
+- a few greedy chat answers of both models to the same held-out questions (samples.json: prompt,
+  completion of the SFT model, base_completion), so a reader sees what SFT changed.
 With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local
 task (`nano2_answers`: acc, acc_norm, acc_mutual_info) for both models, plus any standard `--benchmarks`
 whose data is in the local Hugging Face cache (`nemotron.evaluation.harness`; a test checks lm-eval's
@@ -113,7 +114,7 @@ class Config:
 
 def main(config: Config) -> SFTResults:
     # --- setup: the SFT checkpoint, its dataset and its base model ---
-    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, question_answer
+    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, sample_questions
     from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval
     from nemotron.evaluation.language_modeling import perplexity
     from nemotron.models.loading import load_model
@@ -136,11 +137,11 @@ def main(config: Config) -> SFTResults:
     limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
     conversations = read_conversations(dataset.test_conversations)[:limit]
     items = answer_items(conversations, config.num_distractors, config.seed)
-    # Held-out chats often ask one question several times (with different answers): sample distinct ones.
-    questions = list(dict.fromkeys(question_answer(c)[0] for c in conversations))[: config.num_samples]
+    questions = sample_questions(conversations, config.num_samples)
 
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
     metrics: dict = {}
+    samples_by_model: dict[str, list[dict[str, str]]] = {}  # greedy answers per model
     with evaluation_threads(config.num_threads):
         for name, source in (("base", base), ("sft", checkpoint)):
             model, tokenizer = load_model(source.model_dir)
@@ -151,8 +152,7 @@ def main(config: Config) -> SFTResults:
                 f"{name}_completion_perplexity": perplexity(nll),
                 **answers.metrics(f"{name}_answer"),
             }
-            if name == "sft":
-                samples = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+            samples_by_model[name] = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
         out = mark_unfinished(config.output_dir)
@@ -166,6 +166,7 @@ def main(config: Config) -> SFTResults:
             lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
 
     # --- save ---
+    samples = [sft | {"base_completion": base["completion"]} for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
     metrics["wall_seconds"] = time.perf_counter() - started

@@ -78,6 +78,9 @@ class Config:
     other_answer_share: float = 0.5
     """Share of pairs whose rejected answer is another answer of the same category (the rest are
     corruptions of the chosen answer)."""
+    train_pairs_per_conversation: int = 1
+    """Training pairs per train conversation, one per rejected kind (1-3); held-out pairs stay one per
+    conversation (the same pairs whatever this is)."""
     max_length: int | None = None
     """Drop training pairs longer than this (prompt + longer answer, tokens); default per scale (tiny 128)."""
     validation_share: float = 0.05
@@ -105,8 +108,11 @@ def main(config: Config) -> PreferenceDataset:
         train_pairs = read_pairs(config.pairs_path)
         inputs.append(source_ref(config.pairs_path))
     else:
-        train_pairs = build_pairs(train_conversations, config.seed, config.other_answer_share)
-    built = len(train_pairs)
+        train_pairs = build_pairs(
+            train_conversations, config.seed, config.other_answer_share, config.train_pairs_per_conversation
+        )
+    conversation_ids = {c["id"] for c in train_conversations}
+    built = sum(pair["id"] in conversation_ids for pair in train_pairs)  # conversations with a pair (the first)
     limit = apply_scale(FULL_PAIRS, config.scale)
     scale_limit_dropped = max(0, len(train_pairs) - limit)
     train_pairs = train_pairs[:limit]
