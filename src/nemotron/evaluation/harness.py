@@ -196,7 +196,8 @@ def load_benchmarks(benchmarks: Sequence[str], include_path: Path | None = None)
 
 
 def dataset_paths(manager, name: str, seen: set[str] | None = None) -> set[str]:
-    """The Hugging Face datasets a task, group or tag reads (from the configs, without loading them)."""
+    """The Hugging Face datasets a task or group reads, from the configs in lm-eval's index (none for a tag,
+    or a task whose config takes its dataset from an included file; the error then quotes lm-eval)."""
     seen = set() if seen is None else seen
     if name in seen:
         return set()
@@ -207,11 +208,8 @@ def dataset_paths(manager, name: str, seen: set[str] | None = None) -> set[str]:
     cfg = entry.cfg or {}
     if cfg.get("dataset_path"):
         return {cfg["dataset_path"]}
-    children = cfg.get("task") if isinstance(cfg.get("task"), list) else []
-    children = [c for c in children if isinstance(c, str)]
-    if not children and entry.tags is not None:  # a tag: the tasks that carry it
-        children = [n for n, e in manager.task_index.items() if name in (e.tags or ())][:50]
-    return set().union(*(dataset_paths(manager, child, seen) for child in children)) if children else set()
+    children = [c for c in cfg.get("task", []) if isinstance(c, str)] if isinstance(cfg.get("task"), list) else []
+    return set().union(set(), *(dataset_paths(manager, child, seen) for child in children))
 
 
 def hf_datasets_cache() -> str:
