@@ -24,6 +24,12 @@ in `<|im_end|>`), pairs longer than `--max-length` tokens (prompt + the longer a
 counted (never cut: a cut chosen answer can look like a "truncated" rejected one), and a seeded
 `--validation-share` of the rest held out for DPO's validation loss (`nemotron.data_prep.preference`).
 
+Each train conversation yields one pair per rejected kind it admits (`--train-pairs-per-conversation 3`,
+the default; held-out pairs stay one per test conversation, the same whatever this is). Measured at tiny
+(seed 0, the same SFT model and held-out pairs): 1 pair per conversation gives held-out preference
+accuracy 0.708 after DPO, 3 give 0.730, all of it on truncated answers (0.93 -> 1.00); the
+other-answer kind stays at chance either way (see the recipe README).
+
 Scale: every train conversation yields a pair at tiny (~700); scale caps the pair count at larger
 scales (tiny 10,000) and sets the maximum length; otherwise it governs DPO steps and model size.
 
@@ -78,7 +84,7 @@ class Config:
     other_answer_share: float = 0.5
     """Share of pairs whose rejected answer is another answer of the same category (the rest are
     corruptions of the chosen answer)."""
-    train_pairs_per_conversation: int = 1
+    train_pairs_per_conversation: int = 3
     """Training pairs per train conversation, one per rejected kind (1-3); held-out pairs stay one per
     conversation (the same pairs whatever this is)."""
     max_length: int | None = None
