@@ -148,7 +148,7 @@ def test_report_card_has_plot_and_base_sft_dpo_numbers(recipe):
     assert report.exists() and recipe.report_text
     assert (recipe.out / "report" / "loss_curves.png").read_bytes()[:8] == PNG_MAGIC
     lines = recipe.report_text.splitlines()
-    header = lines.index("| measure | base | SFT | DPO |")
+    header = lines.index("| measure | better | base | SFT | DPO |")
     rows = []
     for line in lines[header + 2 :]:
         if not line.startswith("|"):
@@ -157,12 +157,12 @@ def test_report_card_has_plot_and_base_sft_dpo_numbers(recipe):
     number = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
     filled = {
         column: [r[0] for r in rows if number.fullmatch(r[i])]
-        for i, column in ((1, "base"), (2, "SFT"), (3, "DPO"))
+        for i, column in ((2, "base"), (3, "SFT"), (4, "DPO"))
     }
     assert all(filled.values()), f"a results column has no numbers: {filled}"
     # The answer accuracy is measured on every model: base and SFT in stage 1, SFT and DPO in stage 2.
     accuracy = next(r for r in rows if r[0] == "answer_accuracy")
-    assert all(number.fullmatch(cell) for cell in accuracy[1:]), accuracy
+    assert all(number.fullmatch(cell) for cell in accuracy[2:]), accuracy
 
 
 def test_report_card_says_which_way_is_better_and_shows_what_each_model_says(recipe):
