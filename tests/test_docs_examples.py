@@ -193,3 +193,34 @@ def test_documented_module_is_importable(module):
 def test_documented_example_paths_exist():
     missing = {path: where for path, where in DOCUMENTED_EXAMPLES.items() if not (REPO / path).exists()}
     assert not missing, f"the docs mention example paths that do not exist: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------
+# A model recipe's README follows the template of docs/add-a-recipe.md
+# ---------------------------------------------------------------------------------------------
+
+TEMPLATE_SECTIONS = ("## Model overview", "## Hardware requirements", "## How to run", "## Expected results",
+                     "## Citation")
+
+
+def test_the_nano2_readme_has_the_template_sections_with_true_parameter_counts():
+    from nemotron.data_prep.tokenizer import VOCAB_SIZES
+    from nemotron.models.nano2 import SCALES, build_config, count_parameters
+
+    text = (REPO / "src" / "nemotron" / "recipes" / "nano2" / "README.md").read_text()
+    template = (REPO / "docs" / "add-a-recipe.md").read_text()
+    assert all(f"`{section}`" in template for section in TEMPLATE_SECTIONS), "docs/add-a-recipe.md lost the template"
+    missing = [section for section in (*TEMPLATE_SECTIONS, "## Why hybrid?") if section + "\n" not in text]
+    assert not missing, f"nano2/README.md lacks {missing}"
+    # Hardware: one row per scale, its model state worked out as 16 bytes x the true parameter count.
+    hardware = text[text.index("## Hardware requirements") : text.index("## How to run")]
+    for scale in SCALES:
+        row = next(line for line in hardware.splitlines() if line.startswith(f"| {scale} |"))
+        params = count_parameters(build_config(scale, VOCAB_SIZES[scale]))
+        shown = re.search(r"16 x ([\d.]+) ([MB])", row)
+        assert shown, row
+        value = float(shown[1]) * (1e6 if shown[2] == "M" else 1e9)
+        assert abs(value - params) / params < 0.03, f"{scale}: README says {shown[0]}, the model has {params:,}"
+    bibtex = text[text.index("## Citation") :]
+    assert "```bibtex" in bibtex and len(re.findall(r"^@\w+\{", bibtex, re.MULTILINE)) >= 3
+    assert "2508.14444" in bibtex  # the Nemotron Nano 2 report the recipe follows

@@ -336,3 +336,80 @@ def test_stage2_what_dpo_learned_shows_in_rewards_and_preferences(
     assert set(by_kind) <= {"other_answer", "shuffled", "truncated"} and all(0 <= v <= 1 for v in by_kind.values())
     # The same answer test as stage 1 (same items for the same seed) for the SFT model.
     assert results.sft_answer_accuracy == stage1_results.sft_answer_accuracy
+
+
+# --------------------------------------------------------------------------------------------------
+# --harness lm_eval: lm-evaluation-harness 0.4.13 on the same held-out items, offline
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # lm-eval's import and two harness runs take ~20 s on 2 cores
+def test_lm_eval_numbers_equal_ours_on_the_same_items(stage1_inputs, stage1_results, tmp_path):
+    from nemotron.evaluation.multiple_choice import MCItem, mc_accuracy
+    from nemotron.models.loading import load_model
+
+    dataset, checkpoint = stage1_inputs
+    results = stage1.main(stage1.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "eval",
+                                        max_conversations=HELD_OUT, harness="lm_eval"))
+    assert results.harness == "lm_eval" and results.benchmarks == ["nano2_answers"]
+    # Our own numbers do not change when lm-eval runs too.
+    for key in ("sft_answer_accuracy", "base_answer_accuracy_mutual_info", "sft_completion_nll"):
+        assert results.metrics[key] == stage1_results.metrics[key]
+    saved = json.loads(results.lm_eval_results.read_text())
+    docs = [json.loads(line) for line in (tmp_path / "eval" / "lm_eval_tasks" / "nano2_answers.jsonl").open()]
+    assert len(docs) == HELD_OUT and saved["tasks"] == ["nano2_answers"]
+
+    # Ours, on exactly the requests the task defines: (context, "\n" + choice), and EOS alone for the prior.
+    items = [MCItem(doc["context"], tuple(doc["choices"]), doc["gold"]) for doc in docs]
+    for name, source in (("base", stage0_checkpoint(checkpoint)), ("sft", checkpoint)):
+        model, tokenizer = load_model(source.model_dir)
+        ours = mc_accuracy(model, tokenizer, items, lambda context: context, lambda choice: "\n" + choice,
+                           unconditional_context=[EOS_ID])
+        theirs = results.metrics["lm_eval"][name]["nano2_answers"]
+        assert theirs["acc"] == ours.accuracy
+        assert theirs["acc_norm"] == ours.accuracy_norm
+        assert theirs["acc_mutual_info"] == ours.accuracy_mutual_info
+        for sample in saved["samples"][name]["nano2_answers"]:
+            conditional = sample["loglikelihoods"][: len(items[sample["doc_id"]].choices)]
+            assert conditional == pytest.approx(ours.items[sample["doc_id"]].logprobs, rel=1e-5, abs=1e-4)
+
+
+def stage0_checkpoint(checkpoint):
+    """The base model an SFT checkpoint was fine-tuned from (its recorded input)."""
+    ref = next(ref for ref in checkpoint.inputs if ref.type == "pretraincheckpoint")
+    return PretrainCheckpoint.load(path=Path(ref.path), scale="tiny")
+
+
+@pytest.mark.slow  # one lm-eval run on the held-out documents
+def test_lm_eval_bits_per_byte_on_the_heldout_documents(stage0_inputs, tmp_path):
+    _, checkpoint = stage0_inputs
+    ours = stage0.main(stage0_config(checkpoint, tmp_path / "ours"))
+    results = stage0.main(stage0_config(checkpoint, tmp_path / "both", harness="lm_eval"))
+    assert results.benchmarks == ["nano2_heldout_text"] and results.lm_eval_results.is_file()
+    assert results.bits_per_byte == ours.bits_per_byte
+    theirs = results.metrics["lm_eval"]["base"]["nano2_heldout_text"]
+    # The same text in other windows (per document, from EOS): close to ours, not equal.
+    assert theirs["bits_per_byte"] == pytest.approx(ours.bits_per_byte, rel=0.1)
+    assert ours.digest != results.digest  # the harness is part of the config
+
+
+@pytest.mark.slow  # a subprocess that indexes lm-eval's ~15,000 standard task configs (~30 s)
+def test_a_benchmark_whose_data_is_not_cached_is_one_clear_error_before_any_work(tmp_path):
+    env = {**os.environ, "HF_HOME": str(tmp_path / "empty_hf_home"), "HF_DATASETS_CACHE": str(tmp_path / "empty")}
+    out = subprocess.run(
+        [sys.executable, "-m", "nemotron.recipes.nano2.stage1_sft.evaluation", "--harness", "lm_eval",
+         "--benchmarks", "hellaswag", "--checkpoint-path", str(tmp_path / "not_made_yet"),
+         "--output-dir", str(tmp_path / "eval")],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )
+    assert out.returncode != 0 and out.stdout == ""
+    error = out.stderr.strip().splitlines()[-1]
+    assert "--benchmarks hellaswag" in error and "Rowan/hellaswag" in error and "not in the local Hugging Face cache" in error
+    assert not (tmp_path / "eval" / "metadata.json").exists()
+
+
+def test_benchmarks_need_the_lm_eval_harness(stage1_inputs, tmp_path):
+    _, checkpoint = stage1_inputs
+    config = stage1.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "e", benchmarks=("hellaswag",))
+    with pytest.raises(NemotronError, match="--benchmarks hellaswag needs --harness lm_eval"):
+        stage1.main(config)

@@ -148,7 +148,7 @@ def test_report_card_has_plot_and_base_sft_dpo_numbers(recipe):
     assert report.exists() and recipe.report_text
     assert (recipe.out / "report" / "loss_curves.png").read_bytes()[:8] == PNG_MAGIC
     lines = recipe.report_text.splitlines()
-    header = lines.index("| measure | base | SFT | DPO |")
+    header = lines.index("| measure | better | base | SFT | DPO |")
     rows = []
     for line in lines[header + 2 :]:
         if not line.startswith("|"):
@@ -157,12 +157,29 @@ def test_report_card_has_plot_and_base_sft_dpo_numbers(recipe):
     number = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
     filled = {
         column: [r[0] for r in rows if number.fullmatch(r[i])]
-        for i, column in ((1, "base"), (2, "SFT"), (3, "DPO"))
+        for i, column in ((2, "base"), (3, "SFT"), (4, "DPO"))
     }
     assert all(filled.values()), f"a results column has no numbers: {filled}"
     # The answer accuracy is measured on every model: base and SFT in stage 1, SFT and DPO in stage 2.
     accuracy = next(r for r in rows if r[0] == "answer_accuracy")
-    assert all(number.fullmatch(cell) for cell in accuracy[1:]), accuracy
+    assert all(number.fullmatch(cell) for cell in accuracy[2:]), accuracy
+
+
+def test_report_card_says_which_way_is_better_and_shows_what_each_model_says(recipe):
+    """issue 14: "did it work?" at a glance: headline numbers with directions and the tiny run's values,
+    a direction per measure, and greedy answers of base, SFT and DPO to the same held-out questions."""
+    text = recipe.report_text
+    headline = text[text.index("## Did it work?") : text.index("## Results")]
+    assert headline.count("| lower |") == 2 and headline.count("| higher |") == 2, headline
+    assert "not run" not in headline
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ")]
+    directions = {cells[0].strip(): cells[1].strip() for cells in rows if len(cells) == 5}
+    assert directions["completion_nll"] == "lower" and directions["answer_accuracy_mutual_info"] == "higher"
+    assert directions["preference_accuracy"] == "higher" and directions["answer_chance"] == ""
+    assert "Why plain answer accuracy can fall while mutual-information accuracy rises" in text
+    samples = text[text.index("## What the models say") :].split("\n## ")[0]
+    answers = [line.split(" | ") for line in samples.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(answers) == 4 and all(len(row) == 4 for row in answers), samples  # question, base, SFT, DPO
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.dedup import normalize
 from nemotron.data_prep.preference import (
     REJECTED_KINDS,
+    build_pairs,
     read_pairs,
     shuffle_words,
     truncate_words,
@@ -50,7 +51,8 @@ def test_train_pairs_come_from_train_and_test_pairs_from_test(sft, pairs):
         for split in ("train", "test")
     }
     train, test = read_pairs(pairs.train_pairs), read_pairs(pairs.test_pairs)
-    assert {p["id"] for p in train} <= split_ids["train"] and {p["id"] for p in test} <= split_ids["test"]
+    conversation = lambda pair: pair["id"] if pair["id"] in split_ids["train"] else pair["id"].rsplit("/", 1)[0]  # noqa: E731
+    assert {conversation(p) for p in train} <= split_ids["train"] and {p["id"] for p in test} <= split_ids["test"]
     assert len(train) == pairs.num_train_pairs and len(test) == pairs.num_test_pairs
     train_questions = {question_key({"messages": p["prompt"]}) for p in train}
     assert not train_questions & {question_key({"messages": p["prompt"]}) for p in test}
@@ -75,7 +77,8 @@ def test_rejected_is_a_plausible_wrong_answer_never_the_chosen_one(sft, pairs):
             assert p["rejected_kind"] == "truncated" and p["chosen"].startswith(p["rejected"])
     kinds = pairs.metrics["train_rejected_kinds"]
     assert set(kinds) == set(REJECTED_KINDS) and sum(kinds.values()) == len(train)
-    assert kinds["other_answer"] > kinds["shuffled"]  # other_answer_share=0.5 vs 0.25 per corruption
+    test_kinds = pairs.metrics["test_rejected_kinds"]  # one pair per test conversation, drawn by share
+    assert test_kinds["other_answer"] > test_kinds["shuffled"]  # other_answer_share=0.5 vs 0.25 per corruption
 
 
 def test_corruptions_always_differ_from_the_original():
@@ -150,3 +153,29 @@ def test_training_pairs_are_tokenized_length_filtered_and_split_for_dpo(sft, pai
 
 def read_jsonl_records(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_more_training_pairs_per_conversation_leave_the_held_out_pairs_unchanged(sft, pairs, tmp_path):
+    one = main(Config(dataset_path=sft.path, output_dir=tmp_path / "one", train_pairs_per_conversation=1))
+    more = pairs  # the default: one pair per rejected kind
+    # Held-out pairs are not made easier (or different) by how the training pairs are built.
+    assert more.test_pairs.read_bytes() == one.test_pairs.read_bytes()
+    assert more.num_train_pairs > 2 * one.num_train_pairs
+    assert more.metrics["train_conversations_without_pair"] == one.metrics["train_conversations_without_pair"]
+    # Each conversation's first pair is the one of one pair per conversation; the others add new kinds.
+    conversations = read_conversations(sft.train_conversations)
+    single = {p["id"]: p for p in build_pairs(conversations, seed=0)}
+    every = build_pairs(conversations, seed=0, per_conversation=3)
+    assert len({p["id"] for p in every}) == len(every)
+    extra: dict[str, list[str]] = {}
+    for pair in every:
+        if pair["id"] in single:
+            assert pair == single[pair["id"]]
+            extra[pair["id"]] = [pair["rejected_kind"]]
+        else:
+            conversation_id, kind = pair["id"].rsplit("/", 1)
+            assert kind == pair["rejected_kind"] and kind not in extra[conversation_id]
+            extra[conversation_id].append(kind)
+    assert extra.keys() == single.keys()
+    with pytest.raises(NemotronError, match="pairs per conversation 4 must be 1 to 3"):
+        main(Config(dataset_path=sft.path, output_dir=tmp_path / "four", train_pairs_per_conversation=4))

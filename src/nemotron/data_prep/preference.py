@@ -61,17 +61,27 @@ PAIR_FIELDS = ("id", "category", "prompt", "chosen", "rejected", "rejected_kind"
 # ---------------------------------------------------------------------------------------------------
 
 
-def build_pairs(conversations: Sequence[Conversation], seed: int, other_answer_share: float = 0.5) -> list[Pair]:
-    """One pair per conversation: its final assistant answer (chosen) against a rejected answer.
+def build_pairs(
+    conversations: Sequence[Conversation], seed: int, other_answer_share: float = 0.5, per_conversation: int = 1
+) -> list[Pair]:
+    """Pairs of a conversation's final assistant answer (chosen) against a rejected answer.
 
     The kind is drawn per pair (seeded by seed and conversation id, so a pair does not change when
     other conversations are added): "other_answer" with probability `other_answer_share`, else one
     of the two corruptions. When the drawn kind is impossible (no other answer in the category, a
     one-word answer cannot be shuffled) the other kinds are tried; a conversation for which none
     works gets no pair (a one-word answer, alone in its category).
+
+    `per_conversation` > 1 adds pairs of the next kinds in the same drawn order (up to one per kind),
+    ids `<conversation id>/<kind>`; the first pair of every conversation is the one `per_conversation=1`
+    gives, so held-out pairs built with 1 are the same whatever the training pairs use.
     """
     if not 0.0 <= other_answer_share <= 1.0:
         raise NemotronError(f"other_answer_share={other_answer_share} must be between 0 and 1")
+    if not 1 <= per_conversation <= len(REJECTED_KINDS):
+        raise NemotronError(
+            f"pairs per conversation {per_conversation} must be 1 to {len(REJECTED_KINDS)} (one per rejected kind)"
+        )
     answers_by_category, correct_by_question = _answer_pools(conversations)
     pairs = []
     for conversation in conversations:
@@ -82,26 +92,28 @@ def build_pairs(conversations: Sequence[Conversation], seed: int, other_answer_s
         rng.shuffle(corruptions)
         first_other = rng.random() < other_answer_share
         kinds = ["other_answer", *corruptions] if first_other else [*corruptions, "other_answer"]
+        made = 0
         for kind in kinds:
             if kind == "other_answer":
                 candidates = [a for a in answers_by_category[conversation["category"]] if normalize(a) not in excluded]
                 rejected = rng.choice(candidates) if candidates else None
             else:
                 rejected = shuffle_words(chosen, rng) if kind == "shuffled" else truncate_words(chosen, rng)
-            if rejected is not None and normalize(rejected) != normalize(chosen):
+            if rejected is None or normalize(rejected) == normalize(chosen):
+                continue
+            pairs.append(
+                {
+                    "id": conversation["id"] if made == 0 else f"{conversation['id']}/{kind}",
+                    "category": conversation["category"],
+                    "prompt": conversation["messages"][:-1],
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "rejected_kind": kind,
+                }
+            )
+            made += 1
+            if made == per_conversation:
                 break
-        else:
-            continue
-        pairs.append(
-            {
-                "id": conversation["id"],
-                "category": conversation["category"],
-                "prompt": conversation["messages"][:-1],
-                "chosen": chosen,
-                "rejected": rejected,
-                "rejected_kind": kind,
-            }
-        )
     return pairs
 
 

@@ -108,6 +108,14 @@ def answer_accuracy(model: torch.nn.Module, tokenizer, items: Sequence[MCItem], 
     )
 
 
+def sample_questions(conversations: Sequence[Conversation], count: int) -> list[str]:
+    """The first `count` distinct questions of `conversations`: stage 1 and stage 2 sample the same ones.
+
+    Held-out chats often ask one question several times (with different answers), hence distinct.
+    """
+    return list(dict.fromkeys(question_answer(c)[0] for c in conversations))[:count]
+
+
 def chat_samples(
     model: torch.nn.Module, tokenizer, questions: Sequence[str], max_new_tokens: int
 ) -> list[dict[str, str]]:

@@ -26,6 +26,13 @@ from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.data_prep.indexed import bin_path, idx_path
 from nemotron.training.artifacts import ModelCheckpoint
 
+class EvaluationResults(Artifact):
+    """What every evaluation step records besides its numbers: which harness ran, on which benchmarks."""
+    harness: str = "ours"  # "ours", or "lm_eval": lm-evaluation-harness ran as well
+    benchmarks: list[str] = Field(default_factory=list)  # the lm-eval tasks run: our held-out sets, then --benchmarks
+    lm_eval_results: ArtifactPath | None = None  # lm_eval_results.json: lm-eval's numbers and per-request scores
+
+
 # ---- stage 0: pretraining ---------------------------------------------------------------------------
 
 
@@ -50,7 +57,7 @@ class PretrainCheckpoint(ModelCheckpoint):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.training"
 
 
-class PretrainResults(Artifact):
+class PretrainResults(EvaluationResults):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.evaluation"
     samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}]
     validation_loss: float  # mean next-token NLL, nats, on `config.split`
@@ -85,9 +92,9 @@ class SFTCheckpoint(ModelCheckpoint):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage1_sft.training"
 
 
-class SFTResults(Artifact):
+class SFTResults(EvaluationResults):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage1_sft.evaluation"
-    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion"}] of the SFT model
+    samples_path: ArtifactPath  # samples.json: [{"prompt", "completion" (SFT), "base_completion"}]
     base_completion_nll: float
     sft_completion_nll: float
     base_answer_accuracy: float
@@ -120,7 +127,7 @@ class DPOCheckpoint(ModelCheckpoint):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage2_alignment.training"
 
 
-class DPOResults(Artifact):
+class DPOResults(EvaluationResults):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage2_alignment.evaluation"
     sft_preference_accuracy: float
     dpo_preference_accuracy: float
@@ -131,6 +138,7 @@ class DPOResults(Artifact):
     sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
     dpo_answer_accuracy_mutual_info: float
     num_pairs: int = Field(gt=0)
+    samples_path: ArtifactPath | None = None  # samples.json: [{"prompt", "completion", "sft_completion"}]
 
 
 # ---- stage 0, optional: synthetic pretraining data by rephrasing --------------------------------------

@@ -6,8 +6,9 @@
 Starting from the last evaluation artifact, it follows the recorded inputs back to the raw sources
 and writes, next to the recipe output (`<folder>/report/`):
 
-  report.md         lineage tree, each step's settings, the base / SFT / DPO metrics side by side,
-                    wall time per step
+  report.md         the headline numbers first (which way is better, what a tiny run reaches), the
+                    base / SFT / DPO metrics side by side with their directions, greedy answers of the
+                    three models to the same held-out questions, wall time per step, settings, lineage
   loss_curves.png   training loss (line) and validation loss (dots) of each training step,
                     read from the metrics JSONL each checkpoint artifact references
 
@@ -17,6 +18,7 @@ rebuilt, by anyone, at any time.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -35,6 +37,25 @@ STEPS = [
     for step in ("data_curation", "training", "evaluation")
 ]
 MODELS = ("base", "sft", "dpo")  # metric prefixes, in the order the recipe produces the models
+
+# The numbers a reader checks first: (artifact type, metric, what it measures, better, value at tiny).
+# The tiny values are those of the recipe README (seed 0); a run at another seed or thread count lands
+# near them, not on them.
+HEADLINE = (
+    ("pretrainresults", "bits_per_byte_vs_unigram", "stage 0: held-out bits per byte / unigram baseline's", "lower", "0.70"),
+    ("sftresults", "sft_completion_nll", "stage 1: SFT completion NLL on test chats (nats/token)", "lower", "3.95 (base 7.8)"),
+    ("sftresults", "sft_answer_accuracy_mutual_info", "stage 1: SFT answer accuracy, mutual information", "higher", "0.50 (base 0.29, chance 0.25)"),
+    ("dporesults", "dpo_preference_accuracy", "stage 2: DPO preference accuracy on held-out pairs", "higher", "0.73 (SFT 0.70)"),
+)
+LOWER_IS_BETTER = ("loss", "nll", "perplexity", "bits_per_byte")
+MUTUAL_INFO_NOTE = (
+    "Why plain answer accuracy can fall while mutual-information accuracy rises: `answer_accuracy` picks "
+    "the answer with the highest log-likelihood, and a model this small mostly learns which answers are "
+    "*typical*; that prior, not the question, decides the raw score, so it hovers at chance (0.25) and "
+    "moves by noise. `answer_accuracy_mutual_info` (lm-eval's `acc_mutual_info`, Holtzman et al., 2021) "
+    "subtracts each answer's own log-likelihood after a neutral prompt, asking whether the *question* made "
+    "its answer likelier: that is what SFT teaches, and where it shows."
+)
 
 
 def collect(starts: list[Path]) -> list[dict[str, Any]]:
@@ -78,8 +99,55 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def direction(measure: str) -> str:
+    """Which way is better for a metric name: "lower" for losses, "higher" for accuracies and margins."""
+    if any(word in measure for word in LOWER_IS_BETTER):
+        return "lower"
+    if "accuracy" in measure or "margin" in measure:
+        return "higher" if not measure.endswith(("_chance", "_num_items")) else ""
+    return ""
+
+
+def headline(artifacts: list[dict[str, Any]]) -> list[str]:
+    """The four numbers that say whether each stage worked, with direction and the tiny run's values."""
+    by_type = {art["type"]: art for art in artifacts}
+    lines = ["| measure | this run | better | a tiny run reaches |", "|---|---|---|---|"]
+    for kind, key, label, better, tiny in HEADLINE:
+        metrics = by_type.get(kind, {}).get("metrics", {})
+        if key == "bits_per_byte_vs_unigram" and metrics.get("unigram_bits_per_byte"):
+            value = metrics["bits_per_byte"] / metrics["unigram_bits_per_byte"]
+        else:
+            value = metrics.get(key)
+        lines.append(f"| {label} | {fmt(value) if value is not None else 'not run'} | {better} | {tiny} |")
+    return lines
+
+
+def samples_table(artifacts: list[dict[str, Any]]) -> list[str]:
+    """Greedy answers of base, SFT and DPO to the same held-out questions (stage-1 and stage-2 samples)."""
+    # samples.json keys per artifact type: {model: key}; stage 1 has base and SFT, stage 2 SFT and DPO.
+    keys = {"sftresults": {"base": "base_completion", "sft": "completion"},
+            "dporesults": {"sft": "sft_completion", "dpo": "completion"}}
+    rows: dict[str, dict[str, str]] = {}
+    for art in artifacts:
+        if art["type"] in keys and art.get("samples_path"):
+            for sample in json.loads(Path(art["samples_path"]).read_text(encoding="utf-8")):
+                row = rows.setdefault(sample["prompt"], {})
+                for model, key in keys[art["type"]].items():
+                    row.setdefault(model, sample.get(key, ""))
+    if not rows:
+        return []
+
+    def cell(text: str) -> str:
+        return " ".join(text.split()).replace("|", "\\|") or "(nothing)"
+
+    lines = ["| held-out question | base | SFT | DPO |", "|---|---|---|---|"]
+    for prompt, answers in rows.items():
+        lines.append(f"| {cell(prompt)} | " + " | ".join(cell(answers.get(m, "")) for m in MODELS) + " |")
+    return lines
+
+
 def side_by_side(artifacts: list[dict[str, Any]]) -> list[str]:
-    """Rows of `measure | base | sft | dpo` from metrics named `<model>_<measure>`."""
+    """Rows of `measure | better | base | sft | dpo` from metrics named `<model>_<measure>`."""
     table: dict[str, dict[str, Any]] = {}
     for art in artifacts:
         if not art["type"].endswith("results"):
@@ -88,10 +156,10 @@ def side_by_side(artifacts: list[dict[str, Any]]) -> list[str]:
             match = re.fullmatch(rf"({'|'.join(MODELS)})_(.+)", key)
             if match and isinstance(value, (int, float)) and not isinstance(value, bool):
                 table.setdefault(match[2], {})[match[1]] = value
-    lines = ["| measure | base | SFT | DPO |", "|---|---|---|---|"]
+    lines = ["| measure | better | base | SFT | DPO |", "|---|---|---|---|---|"]
     for measure, by_model in table.items():
         cells = [fmt(by_model[m]) if m in by_model else "" for m in MODELS]
-        lines.append(f"| {measure} | " + " | ".join(cells) + " |")
+        lines.append(f"| {measure} | {direction(measure)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -169,10 +237,21 @@ def write_report(folder: Path) -> Path:
         f"scale **{first['scale']}**, seed **{first['seed']}**, nemotron {producer.get('version')}"
         f", commit `{(producer.get('git_commit') or 'unknown')[:12]}`",
         "",
+        "## Did it work?",
+        "",
+        *headline(artifacts),
+        "",
         "## Results: base (stage 0) vs SFT (stage 1) vs DPO (stage 2), on held-out data",
         "",
         *side_by_side(artifacts),
+        "",
+        MUTUAL_INFO_NOTE,
     ]
+    samples = samples_table(artifacts)
+    if samples:
+        md += ["", "## What the models say", "",
+               "Greedy answers to the same held-out questions (never trained on), cut at the sample length.", "",
+               *samples]
     for art in artifacts:
         if art["type"] == "pretrainresults":
             md += ["", "## Pretraining evaluation", "", *plain_metrics(art)]

@@ -10,6 +10,13 @@ What a pretrained base model is measured by (GPT-2, Radford et al. 2019; the Pil
   targets: what knowing only token frequencies gives. The model must beat it by a wide margin;
 - greedy samples from a few fixed Shakespeare-style openings, so a reader sees what it writes.
 
+With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same held-out documents too
+(`loglikelihood_rolling` in windows of the trained seq_len: word and byte perplexity, bits per byte),
+and any standard `--benchmarks` whose data is in the local Hugging Face cache; its numbers go to
+`metrics["lm_eval"]` and lm_eval_results.json, the task YAMLs to lm_eval_tasks/ (rerun them with
+`lm_eval --include_path`). lm-eval scores each document on its own, so its bits per byte is close to
+ours, not equal (`heldout_documents`).
+
 The model is loaded from the checkpoint's Hugging Face folder with `AutoModelForCausalLM.from_pretrained`,
 nothing of ours in between, so the numbers are what anyone gets from that folder
 (`heldout_loss_of_model_dir` is that computation on its own; a test checks it against plain transformers).
@@ -82,6 +89,12 @@ class Config:
     """Sequences per forward pass."""
     max_new_tokens: int | None = None
     """Tokens per greedy sample; default per scale (tiny 48)."""
+    harness: Literal["ours", "lm_eval"] = "ours"
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the held-out documents (nemotron.evaluation.harness)."""
+    benchmarks: tuple[str, ...] = ()
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    benchmark_limit: int | None = None
+    """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = None
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/evaluation")
@@ -104,9 +117,11 @@ def main(config: Config) -> PretrainResults:
         perplexity,
         target_utf8_bytes,
     )
+    from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, text_task
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
 
+    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     dataset = load_upstream(
@@ -142,8 +157,18 @@ def main(config: Config) -> PretrainResults:
         completions = greedy_samples(model, tokenizer, prompts, max_new_tokens, stop_token_ids=[EOS_ID])
         samples = [{"prompt": p, "completion": c} for p, c in zip(SAMPLE_PROMPTS, completions)]
 
+        # --- lm-eval (--harness lm_eval): held-out documents, rolling windows of seq_len; any --benchmarks ---
+        out = mark_unfinished(config.output_dir)
+        lm_eval, lm_eval_metrics = {"benchmarks": []}, {}
+        if lm_eval_tasks is not None:
+            texts = heldout_documents(prefixes, tokenizer, max_tokens)
+            lm_eval_metrics, benchmarks, results_path = evaluate_with_lm_eval(
+                out, lm_eval_tasks, [text_task("nano2_heldout_text", texts)], {"base": checkpoint.model_dir},
+                config.benchmarks, batch_size=config.batch_size, max_length=seq_len, limit=config.benchmark_limit,
+            )
+            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
+
     # --- save ---
-    out = mark_unfinished(config.output_dir)
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     numbers = {
         "validation_loss": loss,
@@ -161,6 +186,8 @@ def main(config: Config) -> PretrainResults:
         "seq_len": seq_len,
         "wall_seconds": time.perf_counter() - started,
     }
+    if lm_eval_metrics:
+        metrics["lm_eval"] = lm_eval_metrics
     get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in numbers.items()}, step=checkpoint.steps)
     return PretrainResults(
         path=out,
@@ -170,6 +197,8 @@ def main(config: Config) -> PretrainResults:
         inputs=[checkpoint, dataset],
         samples_path=out / "samples.json",
         num_tokens=num_tokens,
+        harness=config.harness,
+        **lm_eval,
         metrics=metrics,
         **numbers,
     ).save()
@@ -194,6 +223,26 @@ def heldout_windows(prefixes: list[Path], seq_len: int, max_tokens: int) -> list
     stream = TokenWindows(prefixes, seq_len=seq_len, batch_size=1, seed=0)
     count = min(stream.num_windows, max(1, max_tokens // seq_len))
     return [stream.window(i) for i in range(count)]
+
+
+def heldout_documents(prefixes: list[Path], tokenizer, max_tokens: int) -> list[str]:
+    """The held-out documents as text, in stream order, until `max_tokens` tokens (the last one cut there).
+
+    lm-eval's rolling log-likelihood scores each document on its own, from the prefix token (EOS), in
+    windows of the model's length; our `validation_loss` scores the concatenated stream in windows that
+    run across documents. Same text, other windows: the two bits-per-byte numbers are close, not equal.
+    """
+    texts, budget = [], max_tokens
+    for prefix in prefixes:
+        for document in IndexedReader(prefix):
+            ids = [int(t) for t in document[:budget] if int(t) != EOS_ID]
+            text = tokenizer.decode(ids)
+            if text:
+                texts.append(text)
+            budget -= min(len(document), budget)
+            if budget == 0:
+                return texts
+    return texts
 
 
 def heldout_loss_of_model_dir(

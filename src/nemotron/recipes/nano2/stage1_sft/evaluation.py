@@ -10,7 +10,12 @@ Both models are scored in the same run on the same held-out TEST conversations o
   and `acc_norm` divided by answer length in characters), and `acc_mutual_info` (Holtzman et al., 2021):
   log p(answer | question) minus log p(answer | "Answer:"). Chance is 25%. The mutual-info accuracy is the
   headline (`*_answer_accuracy_mutual_info`); see "Why mutual information" below;
-- a few greedy chat answers of the SFT model (samples.json), so a reader sees what it says.
+- a few greedy chat answers of both models to the same held-out questions (samples.json: prompt,
+  completion of the SFT model, base_completion), so a reader sees what SFT changed.
+With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local
+task (`nano2_answers`: acc, acc_norm, acc_mutual_info) for both models, plus any standard `--benchmarks`
+whose data is in the local Hugging Face cache (`nemotron.evaluation.harness`; a test checks lm-eval's
+numbers equal ours on the same requests). Its numbers go to `metrics["lm_eval"]`.
 The shared pieces live in `nemotron.evaluation.chat`; stage-2 evaluation reports the same answer
 accuracy for the DPO model.
 
@@ -48,6 +53,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
@@ -88,6 +94,12 @@ class Config:
     """Tokens per sample; default per scale (tiny 32)."""
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
+    harness: Literal["ours", "lm_eval"] = "ours"
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items (nemotron.evaluation.harness)."""
+    benchmarks: tuple[str, ...] = ()
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    benchmark_limit: int | None = None
+    """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = None
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
@@ -102,11 +114,13 @@ class Config:
 
 def main(config: Config) -> SFTResults:
     # --- setup: the SFT checkpoint, its dataset and its base model ---
-    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, question_answer
+    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, sample_questions
+    from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval
     from nemotron.evaluation.language_modeling import perplexity
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
 
+    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
@@ -123,11 +137,11 @@ def main(config: Config) -> SFTResults:
     limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
     conversations = read_conversations(dataset.test_conversations)[:limit]
     items = answer_items(conversations, config.num_distractors, config.seed)
-    # Held-out chats often ask one question several times (with different answers): sample distinct ones.
-    questions = list(dict.fromkeys(question_answer(c)[0] for c in conversations))[: config.num_samples]
+    questions = sample_questions(conversations, config.num_samples)
 
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
     metrics: dict = {}
+    samples_by_model: dict[str, list[dict[str, str]]] = {}  # greedy answers per model
     with evaluation_threads(config.num_threads):
         for name, source in (("base", base), ("sft", checkpoint)):
             model, tokenizer = load_model(source.model_dir)
@@ -138,11 +152,21 @@ def main(config: Config) -> SFTResults:
                 f"{name}_completion_perplexity": perplexity(nll),
                 **answers.metrics(f"{name}_answer"),
             }
-            if name == "sft":
-                samples = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+            samples_by_model[name] = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+
+        # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
+        out = mark_unfinished(config.output_dir)
+        lm_eval = {"benchmarks": []}
+        if lm_eval_tasks is not None:
+            metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
+                out, lm_eval_tasks, [chat_choice_task("nano2_answers", tokenizer, items)],
+                {"base": base.model_dir, "sft": checkpoint.model_dir}, config.benchmarks,
+                batch_size=config.batch_size, limit=config.benchmark_limit,
+            )
+            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
 
     # --- save ---
-    out = mark_unfinished(config.output_dir)
+    samples = [sft | {"base_completion": base["completion"]} for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
     metrics["wall_seconds"] = time.perf_counter() - started
@@ -162,6 +186,8 @@ def main(config: Config) -> SFTResults:
         sft_answer_accuracy_mutual_info=metrics["sft_answer_accuracy_mutual_info"],
         num_conversations=len(conversations),
         num_completion_tokens=num_tokens,
+        harness=config.harness,
+        **lm_eval,
         metrics=metrics,
     ).save()
 

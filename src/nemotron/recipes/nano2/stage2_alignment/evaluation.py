@@ -11,7 +11,13 @@ conversations, never trained on), so `sft_*` and `dpo_*` metrics sit side by sid
   answers beyond what SFT already did;
 - answer accuracy: the stage-1 multiple-choice test on the SFT dataset's held-out questions, for both
   models, to show that alignment did not cost the model its answers (the "alignment tax", Ouyang et al.,
-  2022).
+  2022);
+- greedy chat answers of the DPO model to the held-out questions stage 1 sampled (samples.json:
+  prompt, completion, sft_completion), so the report card shows base, SFT and DPO answers side by side.
+
+With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same pairs (`nano2_preferences`, the
+chosen answer as choice 0: its `acc` is our summed-log-prob preference accuracy) and answer items
+(`nano2_answers`) for both models, plus any standard `--benchmarks` from the local Hugging Face cache.
 
 Inputs: a `DPOCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`), and, each by its
 `--...-path` flag, else stdin in a pipe, else the recorded lineage: the `PreferenceDataset` and the
@@ -26,11 +32,14 @@ Inputs: a `DPOCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
+from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
@@ -38,6 +47,7 @@ from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.preference import read_pairs, tokenize_pairs
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
+from nemotron.recipes.nano2.stage1_sft.evaluation import SAMPLE_TOKENS
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
@@ -68,10 +78,20 @@ class Config:
     """DPO's beta for the implicit rewards; default: the beta the checkpoint was trained with."""
     num_distractors: int = 3
     """Wrong answers per multiple-choice question (chance accuracy is 1 / (1 + this))."""
+    num_samples: int = 4
+    """Greedy chat samples written to samples.json (the same questions as stage-1 evaluation's)."""
+    max_new_tokens: int | None = None
+    """Tokens per sample; default per scale (tiny 32, as stage 1)."""
     max_items: int | None = None
     """Held-out pairs and questions to score (the first ones of each file); default per scale."""
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
+    harness: Literal["ours", "lm_eval"] = "ours"
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items (nemotron.evaluation.harness)."""
+    benchmarks: tuple[str, ...] = ()
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    benchmark_limit: int | None = None
+    """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = None
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
@@ -86,12 +106,14 @@ class Config:
 
 def main(config: Config) -> DPOResults:
     # --- setup: the DPO checkpoint and everything it was made from ---
-    from nemotron.evaluation.chat import answer_accuracy, answer_items
+    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, sample_questions
+    from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval, preference_task
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
     from nemotron.training.dpo import reward_metrics
     from nemotron.training.logprobs import pair_logprobs
 
+    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
@@ -113,11 +135,13 @@ def main(config: Config) -> DPOResults:
     # --- data: held-out pairs and the stage-1 answer test ---
     limit = config.max_items or apply_scale(FULL_EVAL_ITEMS, config.scale)
     pairs = read_pairs(pairs_dataset.test_pairs)[:limit]
-    items = answer_items(read_conversations(sft_dataset.test_conversations)[:limit], config.num_distractors, config.seed)
+    conversations = read_conversations(sft_dataset.test_conversations)[:limit]
+    items = answer_items(conversations, config.num_distractors, config.seed)
+    questions = sample_questions(conversations, config.num_samples)
 
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
-    mark_unfinished(config.output_dir)
-    logps, metrics = {}, {}
+    out = mark_unfinished(config.output_dir)
+    logps, metrics, samples_by_model = {}, {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
             model, tokenizer = load_model(source.model_dir)
@@ -126,16 +150,29 @@ def main(config: Config) -> DPOResults:
             lengths = ([len(ids) for ids in chosen], [len(ids) for ids in rejected])
             metrics |= preference_metrics(name, *logps[name], *lengths, kinds=[p["rejected_kind"] for p in pairs])
             metrics |= answer_accuracy(model, tokenizer, items, batch_size=config.batch_size).metrics(f"{name}_answer")
+            samples_by_model[name] = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+
+        # --- lm-eval (--harness lm_eval): the same pairs and items as lm-eval tasks, and any --benchmarks ---
+        lm_eval = {"benchmarks": []}
+        if lm_eval_tasks is not None:
+            tasks = [preference_task("nano2_preferences", tokenizer, pairs), chat_choice_task("nano2_answers", tokenizer, items)]
+            metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
+                out, lm_eval_tasks, tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir}, config.benchmarks,
+                batch_size=config.batch_size, limit=config.benchmark_limit,
+            )
+            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
     # The SFT model is DPO's reference: its log-probs of the same answers turn into the implicit rewards.
     rewards = reward_metrics(*logps["dpo"], *logps["sft"], beta=beta)
     metrics |= rewards | {"beta": beta, "num_pairs": len(pairs), "wall_seconds": time.perf_counter() - started}
 
     # --- save ---
+    samples = [dpo | {"sft_completion": sft["completion"]} for sft, dpo in zip(samples_by_model["sft"], samples_by_model["dpo"])]
+    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     get_lineage_tracker().log_metrics(
         {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}, step=checkpoint.steps
     )
     return DPOResults(
-        path=config.output_dir,
+        path=out,
         config=asdict(config),
         scale=config.scale,
         seed=config.seed,
@@ -149,6 +186,9 @@ def main(config: Config) -> DPOResults:
         sft_answer_accuracy_mutual_info=metrics["sft_answer_accuracy_mutual_info"],
         dpo_answer_accuracy_mutual_info=metrics["dpo_answer_accuracy_mutual_info"],
         num_pairs=len(pairs),
+        samples_path=out / "samples.json",
+        harness=config.harness,
+        **lm_eval,
         metrics=metrics,
     ).save()
 

@@ -62,7 +62,7 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
 from nemotron.training.settings import TrainingSettings
 
-# Optimizer steps per scale. Tiny: 3/4 of an epoch over the ~630 chatterbot training pairs, ~30 s on one core.
+# Optimizer steps per scale. Tiny: 480 of the ~1,600 training pairs (one per rejected kind of ~630 chats).
 STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
 REFERENCE_LOGPS = "reference_logps.pt"
 
