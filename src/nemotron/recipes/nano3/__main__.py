@@ -1,0 +1,50 @@
+"""The nano3 recipe: raw text -> a pretrained hybrid Mamba-Transformer mixture of experts, next to a dense
+model of the same active size.
+
+    python -m nemotron.recipes.nano3 --scale tiny
+
+  stage0_pretrain   nano2's data_curation -> training (MoE) -> training --dense -> evaluation
+
+The report card goes to `<output-dir>/report/report.md` (report.py): bits per byte of the MoE model,
+the dense model and a unigram baseline, loss curves and the expert load over training. Re-running skips
+what is up to date; an interrupted training step resumes from its last checkpoint. Every knob of every
+step is a flag (`--stage0.training.steps 100`; see --help). The SFT and GRPO stages of issue 12 are not
+built yet (see README.md, "What is not here yet").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nemotron.cli import run
+from nemotron.recipes.nano3.report import write_report
+from nemotron.recipes.nano3.stage0_pretrain import __main__ as stage0
+from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, refuse_overridden_flags
+
+
+@dataclass
+class Config(RecipeSettings):
+    """The nano3 recipe."""
+
+    output_dir: Path = Path("runs/nano3")
+    """Each stage writes into a folder of its own name under this one."""
+    stage0: stage0.Config = field(default_factory=stage0.Config)
+    """Settings of stage 0's steps (see its `__main__ --help`)."""
+
+
+def main(config: Config) -> dict:
+    refuse_overridden_flags(config)
+    if config.scale == "full":
+        from nemotron.errors import NemotronError
+
+        raise NemotronError("--scale full is the published 31.6B Nemotron 3 Nano: no CPU trains it and nano3 writes "
+                            "no Megatron-Bridge hand-off yet; use --scale tiny|small|medium")
+    pretrain = stage0.main(replace(config.stage0, output_dir=config.output_dir / "stage0_pretrain",
+                                   scale=config.scale, seed=config.seed, force=config.force))
+    SUMMARY["report"] = write_report(config.output_dir)
+    return pretrain
+
+
+if __name__ == "__main__":
+    run(main)

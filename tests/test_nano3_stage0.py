@@ -1,0 +1,150 @@
+"""nano3 stage 0: the MoE training step logs routing and resumes bit-identically, its dense counterpart has
+the same active parameters, the evaluation compares both with a unigram baseline, wrong inputs are one
+line; and (slow) the whole recipe end to end with its report card.
+
+Everything runs on a real PretrainDataset made once by nano2's stage-0 data curation over two plays with
+the nano3 chat template, with short runs (`FEW`: 8 steps of 4 x 64 tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE
+from nemotron.data_prep.sources import read_shakespeare
+from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.stage0_pretrain import data_curation
+from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint
+from nemotron.recipes.nano3.stage0_pretrain import evaluation, training
+from nemotron.training.metrics import read_metrics
+
+FEW = {"steps": 8, "seq_len": 64, "micro_batch_size": 4, "checkpoint_every": 2, "eval_every": 4, "eval_batches": 1,
+       "keep_last": 10}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("blend")
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
+    return data_curation.main(data_curation.Config(
+        blend_path=folder / "blend.json", vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
+        output_dir=tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="module")
+def moe(dataset, tmp_path_factory):
+    return training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path_factory.mktemp("moe"), **FEW))
+
+
+@pytest.fixture(scope="module")
+def dense(dataset, tmp_path_factory):
+    return training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path_factory.mktemp("dense"),
+                                         dense=True, **FEW))
+
+
+def test_data_curation_saves_the_nano3_chat_template_with_the_tokenizer(dataset):
+    assert load_tokenizer(dataset.tokenizer_dir).chat_template == NANO3_CHAT_TEMPLATE
+
+
+def test_moe_training_logs_expert_load_and_the_balancing_loss(moe):
+    records = read_metrics(moe.metrics_path)
+    assert [r["step"] for r in records] == list(range(1, 9))
+    for record in records:
+        loads = torch.tensor(record["expert_load"])
+        assert loads.shape == (2, 8) and torch.allclose(loads.sum(-1), torch.ones(2), atol=1e-3)
+        assert record["aux_loss"] >= 0.99  # 1.0 is perfectly even; it can only be above
+        assert record["max_load"] >= 1.0
+    assert not moe.dense and moe.active_parameters < moe.parameters
+    # the expert bias moved (auxiliary-loss-free balancing) and was saved with the weights
+    weights = load_file(moe.model_dir / "model.safetensors")
+    biases = [name for name in weights if name.endswith("e_score_correction_bias")]
+    assert len(biases) == 2 and all(weights[name].abs().sum() > 0 for name in biases)
+
+
+def test_dense_counterpart_has_the_active_parameters_and_no_routing(moe, dense):
+    assert dense.dense and dense.parameters == dense.active_parameters
+    routers = 2 * 8 * 128  # two MoE layers of 8 experts x hidden 128
+    assert dense.parameters == moe.active_parameters - routers
+    assert "expert_load" not in read_metrics(dense.metrics_path)[-1]
+
+
+def test_resume_after_a_kill_ends_with_the_uninterrupted_weights(dataset, moe, tmp_path):
+    # What a kill after step 4 leaves: checkpoints up to step 4, no model folder, no artifact.
+    folder = tmp_path / "resumed"
+    shutil.copytree(moe.path, folder)
+    (folder / "metadata.json").unlink()
+    shutil.rmtree(folder / "model")
+    for checkpoint in (folder / "checkpoints").iterdir():
+        if int(checkpoint.name.split("_")[-1]) > 4:
+            shutil.rmtree(checkpoint)
+    resumed = training.main(training.Config(dataset_path=dataset.path, output_dir=folder, **FEW))
+    assert resumed.metrics["resumed_from_step"] == 4
+    first, second = load_file(moe.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    assert read_metrics(resumed.metrics_path) == read_metrics(moe.metrics_path)
+
+
+def test_evaluation_puts_moe_dense_and_unigram_side_by_side(dataset, moe, dense, tmp_path):
+    results = evaluation.main(evaluation.Config(checkpoint_path=moe.path, dense_checkpoint_path=dense.path,
+                                                max_tokens=2000, output_dir=tmp_path / "eval"))
+    for value in (results.moe_bits_per_byte, results.dense_bits_per_byte, results.unigram_bits_per_byte):
+        assert 0 < value < 10
+    assert results.moe_train_seconds > 0 and results.dense_train_seconds > 0
+    assert results.metrics["moe_active_parameters"] == moe.active_parameters
+    with pytest.raises(NemotronError, match="pass the MoE checkpoint as --checkpoint-path"):
+        evaluation.main(evaluation.Config(checkpoint_path=dense.path, dense_checkpoint_path=moe.path,
+                                          output_dir=tmp_path / "swapped"))
+
+
+def test_a_checkpoint_of_the_wrong_family_is_one_clear_error(tmp_path):
+    from builders import make_pretrain_checkpoint
+
+    nano2 = make_pretrain_checkpoint(tmp_path / "nano2")
+    with pytest.raises(NemotronError, match="pretraincheckpoint") as error:
+        Nano3PretrainCheckpoint.load(path=nano2.path, scale="tiny")
+    assert "\n" not in str(error.value)
+
+
+def test_full_scale_is_refused_with_the_recipe_to_use_instead(dataset, tmp_path):
+    with pytest.raises(NemotronError, match="nemotron_3_nano_pretrain_8gpu_h100_bf16_config"):
+        training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "full", scale="full"))
+
+
+@pytest.mark.slow
+def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
+    """`python -m nemotron.recipes.nano3` end to end (shortened runs), then a re-run skips every step."""
+    flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs"),
+             "--stage0.training.steps", "4", "--stage0.training.seq-len", "64",
+             "--stage0.dense-training.steps", "6", "--stage0.dense-training.seq-len", "64",
+             "--stage0.evaluation.max-tokens", "2000"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
+                          env=env, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = json.loads(done.stdout)
+    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults"}
+    report = tmp_path / "runs" / "report"
+    text = (report / "report.md").read_text()
+    assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
+    again = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
+                           env=env, timeout=600)
+    assert again.returncode == 0 and "4 skipped" in again.stderr, again.stderr[-1000:]
