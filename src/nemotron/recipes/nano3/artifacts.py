@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from nemotron.artifact import Artifact
+from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.recipes.nano2.artifacts import PretrainDataset  # noqa: F401 (stage 0's input, re-exported)
 from nemotron.training.artifacts import ModelCheckpoint
 
@@ -38,3 +38,37 @@ class Nano3PretrainResults(Artifact):
     moe_train_seconds: float  # the training loops' wall time: "same CPU time" is checked, not assumed
     dense_train_seconds: float
     num_tokens: int = Field(gt=0)
+
+
+# ---- stage 1: supervised fine-tuning with reasoning traces ------------------------------------------
+
+
+class Nano3SFTDataset(Artifact):
+    """Packed nano3-format conversations: worked addition problems (reasoning on, or stripped for a share
+    of them: the on/off switch) and nano2's chat data; plus the problems, train and held out, as JSONL."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano3.stage1_sft.data_curation"
+    tokenizer_dir: ArtifactPath
+    train_packed: ArtifactPath
+    valid_packed: ArtifactPath
+    train_problems: ArtifactPath  # {"question", "answer"} per line: RL prompts come from here
+    test_problems: ArtifactPath  # held out: never trained on, by question
+    pack_size: int = Field(gt=1)
+    num_train_conversations: int = Field(gt=0)
+    num_test_problems: int = Field(gt=0)
+    train_reasoning: bool  # were reasoning tokens targets of the loss
+
+
+class Nano3SFTCheckpoint(ModelCheckpoint):
+    """The fine-tuned MoE model; training_loss is per trained token."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano3.stage1_sft.training"
+
+
+class Nano3SFTResults(Artifact):
+    """Exact match on held-out problems, base vs SFT, with reasoning on and off."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano3.stage1_sft.evaluation"
+    samples_path: ArtifactPath  # samples.json: question, answer, completion per model and mode
+    base_exact_match_reasoning_on: float
+    base_exact_match_reasoning_off: float
+    sft_exact_match_reasoning_on: float
+    sft_exact_match_reasoning_off: float
+    num_problems: int = Field(gt=0)

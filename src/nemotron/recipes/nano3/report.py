@@ -23,7 +23,8 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section
 from nemotron.training.metrics import read_metrics
 
-STEPS = [("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")]
+STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
+         *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation"))]
 
 
 def write_report(folder: Path) -> Path:
@@ -43,11 +44,15 @@ def write_report(folder: Path) -> Path:
     if results:
         md += ["## Stage 0: mixture of experts vs dense, same active parameters, on held-out text", "",
                *comparison(results[-1]["metrics"])]
-    checkpoints = [a for a in artifacts if a["type"] == "nano3pretraincheckpoint"]
+    sft = [a for a in artifacts if a["type"] == "nano3sftresults"]
+    if sft:
+        md += ["", "## Stage 1: exact match on held-out problems, base vs SFT (± one standard error)", "",
+               *exact_match(sft[-1]["metrics"])]
+    checkpoints = [a for a in artifacts if a["type"] in ("nano3pretraincheckpoint", "nano3sftcheckpoint")]
     if checkpoints:
         plot_loss_curves(checkpoints, out / "loss_curves.png")
         md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
-    moe = [a for a in checkpoints if not a.get("dense")]
+    moe = [a for a in checkpoints if a["type"] == "nano3pretraincheckpoint" and not a.get("dense")]
     if moe:
         plot_expert_load(moe[-1]["metrics_path"], out / "expert_load.png")
         md += ["", "## Expert load", "",
@@ -70,6 +75,17 @@ def comparison(metrics: dict[str, Any]) -> list[str]:
                      f"{fmt(unigram)} |")
     lines.append(f"| active parameters per token | {fmt(metrics.get('moe_active_parameters', ''))} | "
                  f"{fmt(metrics.get('dense_parameters', ''))} | |")
+    return lines
+
+
+def exact_match(metrics: dict[str, Any]) -> list[str]:
+    lines = ["| reasoning | base | SFT |", "|---|---|---|"]
+    for mode in ("on", "off"):
+        keys = [f"{model}_exact_match_reasoning_{mode}" for model in ("base", "sft")]
+        cells = [f"{fmt(metrics[key])} ± {fmt(metrics[key + '_stderr'])}" for key in keys]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines.append(f"\n{metrics['num_problems']} held-out problems, greedy decoding; "
+                 "samples in stage1_sft/evaluation/samples.json.")
     return lines
 
 

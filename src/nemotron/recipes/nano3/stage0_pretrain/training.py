@@ -112,6 +112,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint:
     from nemotron.models import nano3
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.windows import pretraining_windows, windows_loss
@@ -140,8 +141,8 @@ def main(config: Config) -> Nano3PretrainCheckpoint:
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
     model = nano3.build_model(model_config, seed=config.seed)
     forward, ddp, autocast = run.prepare(model)
-    recorder = nano3.RoutingRecorder(model)  # sees every router's choice; none in the dense model
-    moe_layers = len(recorder.routers)
+    # The routers' load balancing (none in the dense model): the auxiliary loss, the expert bias, the log.
+    balance = ExpertBalance(model, moe_config.num_experts_per_tok, aux_coeff, bias_rate)
     active = nano3.count_parameters(model) if config.dense else nano3.active_parameters(model_config)
     if run.is_main:
         print(f"nano3 {config.scale}{' dense counterpart' if config.dense else ''}: "
@@ -157,41 +158,29 @@ def main(config: Config) -> Nano3PretrainCheckpoint:
     for step in range(state.step + 1, steps + 1):
         windows = train.next_batch()
         lr = scheduler.get_last_lr()[0]
-        step_loss, step_aux, loads = torch.zeros(()), torch.zeros(()), torch.zeros(moe_layers, moe_config.n_routed_experts)
+        step_loss = torch.zeros(())
         for index, micro in enumerate(windows.split(config.micro_batch_size)):
             last = index == config.grad_accum_steps - 1
             with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast, \
-                    recorder.recording() as routings:
+                    balance.recording() as routings:
                 logits = forward(input_ids=micro[:, :-1].to(run.device), use_cache=False).logits
                 loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(run.device))
-                # The load-balancing term (Switch Transformer; Megatron's seq_aux_loss) from what the
-                # routers chose in this forward pass; its gradient reaches only the router weights.
-                aux = nano3.load_balancing_loss(routings, len(micro), moe_config.num_experts_per_tok) \
-                    if routings else torch.zeros(())
-                total = (loss + aux_coeff * aux) / config.grad_accum_steps
+                # + coeff x the load-balancing loss (Switch Transformer; Megatron's seq_aux_loss) of what
+                # the routers chose in this forward pass; its gradient reaches only the router weights.
+                total = (loss + balance.loss(routings, len(micro))) / config.grad_accum_steps
             total.backward()
             step_loss += loss.detach().cpu() / config.grad_accum_steps
-            if routings:
-                step_aux += aux.detach().cpu() / moe_layers / config.grad_accum_steps
-                loads += nano3.expert_loads(routings, moe_layers).cpu() / config.grad_accum_steps
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        loads = all_reduce_mean(loads)  # every rank updates its bias with the same loads
-        if moe_layers and bias_rate:
-            nano3.update_expert_bias(recorder, loads, bias_rate)  # auxiliary-loss-free balancing
+        balance.after_step()  # expert bias += rate x sign(mean load - load), same loads on every rank
 
         validation = None
         if run.is_due(step, config.eval_every):
             validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
-        routing_log = {} if not moe_layers else {
-            "aux_loss": all_reduce_mean(step_aux).item(),
-            "max_load": (loads.max(-1).values * moe_config.n_routed_experts).mean().item(),
-            "expert_load": [[round(share, 5) for share in layer] for layer in loads.tolist()],
-        }
         run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
-                   tokens=train.tokens_per_batch, validation=validation, **routing_log)
+                   tokens=train.tokens_per_batch, validation=validation, **balance.log())
         run.checkpoint_if_due(step)
 
     return run.finish(Nano3PretrainCheckpoint, dense=config.dense, parameters=nano3.count_parameters(model),
