@@ -49,6 +49,8 @@ class Config:
     """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 100)."""
+    max_new_tokens: int | None = None
+    """Tokens generated per answer; default 96 with reasoning on (a worked two-digit sum is ~50), 8 off."""
     batch_size: int = 16
     """Prompts per generate call."""
     num_threads: int | None = None
@@ -87,7 +89,8 @@ def main(config: Config) -> Nano3SFTResults:
             for mode, thinking in (("on", True), ("off", False)):
                 messages = [[{"role": "user", "content": p["question"]}] for p in problems]
                 prompts = [tokenize_nano3_prompt(tokenizer, m, enable_thinking=thinking) for m in messages]
-                completions = greedy_samples(model, tokenizer, prompts, MAX_NEW_TOKENS[mode], [IM_END_ID],
+                limit = config.max_new_tokens or MAX_NEW_TOKENS[mode]
+                completions = greedy_samples(model, tokenizer, prompts, limit, [IM_END_ID],
                                              batch_size=config.batch_size)
                 # With reasoning off the prompt already closed the thoughts: the completion is the answer.
                 answers = [final_answer(c if thinking else "</think>" + c) for c in completions]

@@ -1,6 +1,7 @@
-"""nano3 stage 0: the MoE training step logs routing and resumes bit-identically, its dense counterpart has
-the same active parameters, the evaluation compares both with a unigram baseline, wrong inputs are one
-line; and (slow) the whole recipe end to end with its report card.
+"""nano3 stages 0 and 1. Stage 0: the MoE training step logs routing and resumes bit-identically, its dense
+counterpart has the same active parameters, the evaluation compares both with a unigram baseline, wrong
+inputs are one line. Stage 1: curation's problem split and masks, SFT of the MoE model, exact match with
+reasoning on and off. And (slow) the whole recipe end to end with its report card.
 
 Everything runs on a real PretrainDataset made once by nano2's stage-0 data curation over two plays with
 the nano3 chat template, with short runs (`FEW`: 8 steps of 4 x 64 tokens).
@@ -26,6 +27,9 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.stage0_pretrain import data_curation
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint
 from nemotron.recipes.nano3.stage0_pretrain import evaluation, training
+from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
+from nemotron.recipes.nano3.stage1_sft import evaluation as sft_evaluation
+from nemotron.recipes.nano3.stage1_sft import training as sft_training
 from nemotron.training.metrics import read_metrics
 
 FEW = {"steps": 8, "seq_len": 64, "micro_batch_size": 4, "checkpoint_every": 2, "eval_every": 4, "eval_batches": 1,
@@ -129,22 +133,72 @@ def test_full_scale_is_refused_with_the_recipe_to_use_instead(dataset, tmp_path)
         training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "full", scale="full"))
 
 
+# ---------------------------------------------------------------------------------------------------
+# Stage 1
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sft_data(moe, tmp_path_factory):
+    return sft_curation.main(sft_curation.Config(checkpoint_path=moe.path, num_problems=100, chat_data=False,
+                                                 output_dir=tmp_path_factory.mktemp("sft_data")))
+
+
+def test_sft_curation_holds_problems_out_by_question_and_strips_reasoning_from_a_tenth(sft_data, moe, tmp_path):
+    from nemotron.data_prep.packing import read_packed
+
+    train = [json.loads(line) for line in sft_data.train_problems.read_text().splitlines()]
+    test = [json.loads(line) for line in sft_data.test_problems.read_text().splitlines()]
+    assert len(train) == 80 and len(test) == 20 and not {p["question"] for p in train} & {p["question"] for p in test}
+    assert sft_data.metrics["reasoning_off_problems"] == 8
+    tokenizer = load_tokenizer(sft_data.tokenizer_dir)
+    rows = read_packed(sft_data.train_packed) + read_packed(sft_data.valid_packed)
+    trained = "".join(tokenizer.decode(row.input_ids[1:][row.loss_mask[:-1] == 1]) for row in rows)
+    assert trained.count("<|im_end|>") == 80 and trained.count("</think>") == 72  # 8 answers without reasoning
+    # reasoning tokens out of the loss: the same rows, fewer targets, and no worked steps among them
+    without = sft_curation.main(sft_curation.Config(checkpoint_path=moe.path, num_problems=100, chat_data=False,
+                                                    train_reasoning=False, output_dir=tmp_path / "no_reasoning"))
+    rows = read_packed(without.train_packed) + read_packed(without.valid_packed)
+    trained = "".join(tokenizer.decode(row.input_ids[1:][row.loss_mask[:-1] == 1]) for row in rows)
+    assert trained.count("<|im_end|>") == 80 and "</think>" not in trained and "carry" not in trained
+
+
+def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, dense, tmp_path):
+    sft = sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=2, micro_batch_size=2,
+                                                eval_every=2, checkpoint_every=2, output_dir=tmp_path / "sft"))
+    assert "expert_load" in read_metrics(sft.metrics_path)[-1] and sft.validation_loss > 0
+    results = sft_evaluation.main(sft_evaluation.Config(checkpoint_path=sft.path, max_problems=3, max_new_tokens=12,
+                                                        output_dir=tmp_path / "eval"))
+    assert results.num_problems == 3
+    for key in ("base_exact_match_reasoning_on", "sft_exact_match_reasoning_off"):
+        assert 0.0 <= getattr(results, key) <= 1.0 and f"{key}_stderr" in results.metrics
+    samples = json.loads(results.samples_path.read_text())
+    assert {(s["model"], s["reasoning"]) for s in samples} == {(m, r) for m in ("base", "sft") for r in ("on", "off")}
+    with pytest.raises(NemotronError, match="dense counterpart"):
+        sft_training.main(sft_training.Config(dataset_path=sft_data.path, checkpoint_path=dense.path, steps=1,
+                                              output_dir=tmp_path / "wrong"))
+
+
 @pytest.mark.slow
 def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
     """`python -m nemotron.recipes.nano3` end to end (shortened runs), then a re-run skips every step."""
     flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs"),
              "--stage0.training.steps", "4", "--stage0.training.seq-len", "64",
              "--stage0.dense-training.steps", "6", "--stage0.dense-training.seq-len", "64",
-             "--stage0.evaluation.max-tokens", "2000"]
+             "--stage0.evaluation.max-tokens", "2000",
+             "--stage1.data-curation.num-problems", "60", "--stage1.data-curation.no-chat-data",
+             "--stage1.training.steps", "2", "--stage1.evaluation.max-problems", "2",
+             "--stage1.evaluation.max-new-tokens", "8"]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
                           env=env, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     made = json.loads(done.stdout)
-    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults"}
+    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults", "nano3sftresults"}
     report = tmp_path / "runs" / "report"
     text = (report / "report.md").read_text()
     assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
     again = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
                            env=env, timeout=600)
-    assert again.returncode == 0 and "4 skipped" in again.stderr, again.stderr[-1000:]
+    assert again.returncode == 0 and "7 skipped" in again.stderr, again.stderr[-1000:]
+    assert "## Stage 1: exact match" in text
