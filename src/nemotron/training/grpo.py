@@ -29,13 +29,14 @@ import torch
 from nemotron.errors import NemotronError
 
 
-def check_group_size(batch_size: int, group_size: int, flag: str = "--prompts-per-step") -> None:
+def check_group_size(batch_size: int, group_size: int, flag: str = "--completions-per-step") -> None:
     """A batch of completions is whole groups: refuse sizes that do not divide, in one line."""
     if group_size < 2:
-        raise NemotronError(f"--group-size {group_size}: a group needs at least 2 completions to compare; use 2 or more")
+        raise NemotronError(f"--group-size {group_size}: a group needs at least 2 completions to compare; "
+                            "use 2 or more")
     if batch_size % group_size:
         raise NemotronError(f"a batch of {batch_size} completions is not whole groups of --group-size {group_size}; "
-                            f"make the batch a multiple of the group size ({flag} x --group-size)")
+                            f"make {flag} a multiple of the group size")
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
@@ -73,3 +74,55 @@ def policy_loss(
         kl = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens
     clipped = (((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).to(mask.dtype) * mask).sum() / tokens
     return PolicyLossParts(policy + kl_beta * kl, policy.item(), kl.item(), clipped.item())
+
+
+# ---------------------------------------------------------------------------------------------------
+# The two passes around the maths: sampling a group per prompt, scoring the sampled tokens
+# ---------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def sample_groups(
+    model, prompts: list[list[int]], group_size: int, max_new_tokens: int, temperature: float, stop_id: int,
+    pad_id: int, seed: int,
+) -> list[list[int]]:
+    """`group_size` sampled completions per prompt (token ids, cut after the stop token, which is kept:
+    the policy is trained to stop), groups consecutive. Seeded: the same seed gives the same samples,
+    so a resumed run samples what the uninterrupted one did."""
+    from nemotron.training.logprobs import left_pad
+
+    repeated = [ids for ids in prompts for _ in range(group_size)]
+    input_ids, attention_mask = left_pad(repeated, pad_id)
+    was_training = model.training
+    model.eval()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        output = model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, do_sample=True, temperature=temperature, top_k=0,
+            top_p=1.0, max_new_tokens=max_new_tokens, min_new_tokens=1, repetition_penalty=1.0,
+            eos_token_id=stop_id, pad_token_id=pad_id,
+        )
+    model.train(was_training)
+    completions = []
+    for row in output[:, input_ids.shape[1] :].tolist():
+        end = row.index(stop_id) + 1 if stop_id in row else len(row)
+        completions.append(row[:end])
+    return completions
+
+
+def sampled_logprobs(
+    forward, prompts: list[list[int]], completions: list[list[int]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs, mask), both (batch, longest - 1): log p(token t+1 | tokens <= t) of each prompt +
+    completion under `forward` (with gradient if enabled), and 1 where token t+1 is a completion token."""
+    from nemotron.training.logprobs import right_pad
+
+    sequences = [torch.tensor(p + c, dtype=torch.long) for p, c in zip(prompts, completions)]
+    input_ids, attention_mask = right_pad(sequences)
+    logits = forward(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    targets = input_ids[:, 1:]
+    logprobs = -torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), targets, reduction="none")
+    mask = torch.zeros_like(targets, dtype=torch.float32)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        mask[row, len(prompt) - 1 : len(prompt) + len(completion) - 1] = 1.0
+    return logprobs, mask

@@ -5,12 +5,12 @@ model of the same active size.
 
   stage0_pretrain   nano2's data_curation -> training (MoE) -> training --dense -> evaluation
   stage1_sft        worked problems + chat data -> SFT of the MoE model -> exact match, reasoning on / off
+  stage2_rl         GRPO from the SFT model on the checkable task -> held-out reward, SFT vs RL
 
 The report card goes to `<output-dir>/report/report.md` (report.py): bits per byte of the MoE model,
 the dense model and a unigram baseline, loss curves and the expert load over training. Re-running skips
 what is up to date; an interrupted training step resumes from its last checkpoint. Every knob of every
-step is a flag (`--stage0.training.steps 100`; see --help). The GRPO stage of issue 12 is not built yet
-(see README.md, "What is not here yet").
+step is a flag (`--stage0.training.steps 100`, `--stage2.training.group-size 4`; see --help).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from nemotron.cli import run
 from nemotron.recipes.nano3.report import write_report
 from nemotron.recipes.nano3.stage0_pretrain import __main__ as stage0
 from nemotron.recipes.nano3.stage1_sft import __main__ as stage1
+from nemotron.recipes.nano3.stage2_rl import __main__ as stage2
 from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, refuse_overridden_flags
 
 
@@ -35,6 +36,8 @@ class Config(RecipeSettings):
     """Settings of stage 0's steps (see its `__main__ --help`)."""
     stage1: stage1.Config = field(default_factory=stage1.Config)
     """Settings of stage 1's steps (see its `__main__ --help`)."""
+    stage2: stage2.Config = field(default_factory=stage2.Config)
+    """Settings of stage 2's steps (see its `__main__ --help`)."""
 
 
 def main(config: Config) -> dict:
@@ -48,8 +51,10 @@ def main(config: Config) -> dict:
     pretrain = stage0.main(replace(config.stage0, output_dir=config.output_dir / "stage0_pretrain", **shared))
     sft = stage1.main(replace(config.stage1, checkpoint_path=pretrain["nano3pretraincheckpoint"].path,
                               output_dir=config.output_dir / "stage1_sft", **shared))
+    rl = stage2.main(replace(config.stage2, checkpoint_path=sft["nano3sftcheckpoint"].path,
+                             output_dir=config.output_dir / "stage2_rl", **shared))
     SUMMARY["report"] = write_report(config.output_dir)
-    return {**pretrain, **sft}
+    return {**pretrain, **sft, **rl}
 
 
 if __name__ == "__main__":

@@ -72,3 +72,22 @@ class Nano3SFTResults(Artifact):
     sft_exact_match_reasoning_on: float
     sft_exact_match_reasoning_off: float
     num_problems: int = Field(gt=0)
+
+
+# ---- stage 2: reinforcement learning from verifiable rewards (GRPO) ---------------------------------
+
+
+class Nano3RLCheckpoint(ModelCheckpoint):
+    """The policy after GRPO; training_loss is the GRPO loss (it hovers near 0: advantages average 0)."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano3.stage2_rl.training"
+
+
+class Nano3RLResults(Artifact):
+    """Held-out reward and exact match (reasoning on), SFT vs RL, with standard errors."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano3.stage2_rl.evaluation"
+    samples_path: ArtifactPath
+    sft_reward: float
+    rl_reward: float
+    sft_exact_match: float
+    rl_exact_match: float
+    num_problems: int = Field(gt=0)

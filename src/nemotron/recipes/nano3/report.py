@@ -24,7 +24,8 @@ from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_
 from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
-         *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation"))]
+         *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation")),
+         *(("stage2_rl", step) for step in ("training", "evaluation"))]
 
 
 def write_report(folder: Path) -> Path:
@@ -48,6 +49,14 @@ def write_report(folder: Path) -> Path:
     if sft:
         md += ["", "## Stage 1: exact match on held-out problems, base vs SFT (± one standard error)", "",
                *exact_match(sft[-1]["metrics"])]
+    rl = [a for a in artifacts if a["type"] == "nano3rlresults"]
+    if rl:
+        md += ["", "## Stage 2: GRPO, held-out reward and exact match (reasoning on), SFT vs RL", "",
+               *rl_table(rl[-1]["metrics"])]
+    policies = [a for a in artifacts if a["type"] == "nano3rlcheckpoint"]
+    if policies:
+        plot_reward(policies[-1]["metrics_path"], out / "reward.png")
+        md += ["", "![GRPO reward per step](reward.png)"]
     checkpoints = [a for a in artifacts if a["type"] in ("nano3pretraincheckpoint", "nano3sftcheckpoint")]
     if checkpoints:
         plot_loss_curves(checkpoints, out / "loss_curves.png")
@@ -87,6 +96,39 @@ def exact_match(metrics: dict[str, Any]) -> list[str]:
     lines.append(f"\n{metrics['num_problems']} held-out problems, greedy decoding; "
                  "samples in stage1_sft/evaluation/samples.json.")
     return lines
+
+
+def rl_table(metrics: dict[str, Any]) -> list[str]:
+    lines = ["| | SFT | RL |", "|---|---|---|",
+             f"| mean reward | {fmt(metrics['sft_reward'])} | {fmt(metrics['rl_reward'])} |",
+             f"| exact match | {fmt(metrics['sft_exact_match'])} ± {fmt(metrics['sft_exact_match_stderr'])} | "
+             f"{fmt(metrics['rl_exact_match'])} ± {fmt(metrics['rl_exact_match_stderr'])} |"]
+    verdict = "above" if metrics["gain_above_two_stderr"] else "not above"
+    lines.append(f"\nReward gain RL - SFT: {fmt(metrics['reward_gain'])} ± {fmt(metrics['reward_gain_stderr'])} "
+                 f"(paired, {metrics['num_problems']} held-out problems): {verdict} two standard errors.")
+    return lines
+
+
+def plot_reward(metrics_path: str | Path, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in read_metrics(metrics_path) if "reward" in r]
+    if not records:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    steps = [r["step"] for r in records]
+    ax.plot(steps, [r["reward"] for r in records], lw=1, label="mean reward of the sampled groups")
+    ax.plot(steps, [r["correct"] for r in records], lw=1, label="share correct")
+    ax.set_xlabel("GRPO step")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic.output_path(path) as temp:
+        fig.savefig(temp, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
 
 
 def plot_expert_load(metrics_path: str | Path, path: Path) -> None:
