@@ -30,6 +30,8 @@ from nemotron.recipes.nano3.stage0_pretrain import evaluation, training
 from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
 from nemotron.recipes.nano3.stage1_sft import evaluation as sft_evaluation
 from nemotron.recipes.nano3.stage1_sft import training as sft_training
+from nemotron.recipes.nano3.stage2_rl import evaluation as rl_evaluation
+from nemotron.recipes.nano3.stage2_rl import training as rl_training
 from nemotron.training.metrics import read_metrics
 
 FEW = {"steps": 8, "seq_len": 64, "micro_batch_size": 4, "checkpoint_every": 2, "eval_every": 4, "eval_batches": 1,
@@ -163,9 +165,14 @@ def test_sft_curation_holds_problems_out_by_question_and_strips_reasoning_from_a
     assert trained.count("<|im_end|>") == 80 and "</think>" not in trained and "carry" not in trained
 
 
-def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, dense, tmp_path):
-    sft = sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=2, micro_batch_size=2,
-                                                eval_every=2, checkpoint_every=2, output_dir=tmp_path / "sft"))
+@pytest.fixture(scope="module")
+def sft(sft_data, tmp_path_factory):
+    return sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=2, micro_batch_size=2,
+                                                 eval_every=2, checkpoint_every=2,
+                                                 output_dir=tmp_path_factory.mktemp("sft")))
+
+
+def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, sft, dense, tmp_path):
     assert "expert_load" in read_metrics(sft.metrics_path)[-1] and sft.validation_loss > 0
     results = sft_evaluation.main(sft_evaluation.Config(checkpoint_path=sft.path, max_problems=3, max_new_tokens=12,
                                                         output_dir=tmp_path / "eval"))
@@ -179,6 +186,59 @@ def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_da
                                               output_dir=tmp_path / "wrong"))
 
 
+# ---------------------------------------------------------------------------------------------------
+# Stage 2
+# ---------------------------------------------------------------------------------------------------
+
+RL = {"steps": 2, "completions_per_step": 4, "group_size": 2, "max_new_tokens": 6, "checkpoint_every": 1,
+      "keep_last": 5}
+
+
+def raising_reward(completion: str, answer: str) -> float:
+    """A reward function with a bug, for the refusal test (importable as test_nano3_stages:raising_reward)."""
+    raise KeyError("score")
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"completions_per_step": 6, "group_size": 4}, "a batch of 6 completions is not whole groups of --group-size 4"),
+    ({"reward_function": "test_nano3_stages:raising_reward"}, "reward function raising_reward raised KeyError"),
+    ({"reward_function": "no_such_module:reward"}, "--reward-function 'no_such_module:reward' cannot be imported"),
+])
+def test_rl_bad_input_is_one_line_before_any_work(sft, tmp_path, changes, fragment):
+    config = rl_training.Config(checkpoint_path=sft.path, output_dir=tmp_path / "rl", **{**RL, **changes})
+    with pytest.raises(NemotronError, match=fragment) as error:
+        rl_training.main(config)
+    assert "\n" not in str(error.value) and not (tmp_path / "rl").exists()
+
+
+def test_rl_refuses_a_checkpoint_of_another_stage(moe, tmp_path):
+    with pytest.raises(NemotronError, match="nano3sftcheckpoint"):
+        rl_training.main(rl_training.Config(checkpoint_path=moe.path, output_dir=tmp_path / "rl", **RL))
+
+
+def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path):
+    policy = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=tmp_path / "rl", kl_beta=0.05,
+                                                 **RL))
+    records = read_metrics(policy.metrics_path)
+    assert [r["step"] for r in records] == [1, 2]
+    for key in ("reward", "correct", "kl", "clipped", "generation_seconds", "update_seconds", "expert_load"):
+        assert key in records[-1]
+    # a kill after step 1: its checkpoint, no model, no artifact; the resumed run samples and ends alike
+    folder = tmp_path / "resumed"
+    shutil.copytree(policy.path, folder)
+    (folder / "metadata.json").unlink()
+    shutil.rmtree(folder / "model")
+    shutil.rmtree(folder / "checkpoints" / "step_000002")
+    resumed = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=folder, kl_beta=0.05, **RL))
+    first, second = load_file(policy.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_seconds")} for r in rows]  # noqa: E731
+    assert strip(read_metrics(resumed.metrics_path)) == strip(records)
+    results = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
+                                                      output_dir=tmp_path / "eval"))
+    assert results.num_problems == 2 and "reward_gain_stderr" in results.metrics
+
+
 @pytest.mark.slow
 def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
     """`python -m nemotron.recipes.nano3` end to end (shortened runs), then a re-run skips every step."""
@@ -188,17 +248,21 @@ def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
              "--stage0.evaluation.max-tokens", "2000",
              "--stage1.data-curation.num-problems", "60", "--stage1.data-curation.no-chat-data",
              "--stage1.training.steps", "2", "--stage1.evaluation.max-problems", "2",
-             "--stage1.evaluation.max-new-tokens", "8"]
+             "--stage1.evaluation.max-new-tokens", "8",
+             "--stage2.training.steps", "1", "--stage2.training.completions-per-step", "4",
+             "--stage2.training.group-size", "2", "--stage2.training.max-new-tokens", "6",
+             "--stage2.evaluation.max-problems", "2", "--stage2.evaluation.max-new-tokens", "6"]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
                           env=env, timeout=1200)
     assert done.returncode == 0, done.stderr[-2000:]
     made = json.loads(done.stdout)
-    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults", "nano3sftresults"}
+    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults", "nano3sftresults",
+                         "nano3rlresults"}
     report = tmp_path / "runs" / "report"
     text = (report / "report.md").read_text()
     assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
     again = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
                            env=env, timeout=600)
-    assert again.returncode == 0 and "7 skipped" in again.stderr, again.stderr[-1000:]
-    assert "## Stage 1: exact match" in text
+    assert again.returncode == 0 and "9 skipped" in again.stderr, again.stderr[-1000:]
+    assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
