@@ -240,6 +240,20 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
 
 
 @pytest.mark.slow
+def test_grpo_under_torchrun_samples_a_share_per_rank_and_saves_one_artifact(sft, tmp_path):
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+               "nemotron.recipes.nano3.stage2_rl.training", "--checkpoint-path", str(sft.path), "--output-dir", str(out),
+               *(f"--{k.replace('_', '-')}={v}" for k, v in RL.items())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = json.loads(done.stdout)  # one artifact JSON on stdout, from rank 0
+    assert made["nano3rlcheckpoint"]["metrics"]["world_size"] == 2
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.slow
 def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
     """`python -m nemotron.recipes.nano3` end to end (shortened runs), then a re-run skips every step."""
     flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs"),
