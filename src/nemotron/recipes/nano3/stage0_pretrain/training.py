@@ -13,7 +13,7 @@ busiest expert's share over the even share, 1.0 = even), so the reader can watch
 
 `--dense` trains `nano3.dense_counterpart` instead: every MoE layer becomes one MLP as wide as the experts
 a token visits plus the shared expert, so both models spend about the same parameters per token; the
-recipe gives it the steps that take about as long as the MoE run (`DENSE_STEPS`), and the evaluation
+recipe gives it the steps that take about as long as the MoE run (`DENSE_STEPS_PER_MOE_STEP`), and the evaluation
 step reports both models' held-out bits per byte and their measured training time side by side.
 
 Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-path`, or stdin). Output: a

@@ -58,7 +58,7 @@ class Config(TrainingSettings):
     temperature: float = 1.0
     """Sampling temperature."""
     lr: float = 2e-4
-    """Peak learning rate (constant after warmup with --schedule wsd and decay-fraction 0)."""
+    """Learning rate (constant: --min-lr-ratio 1.0)."""
     min_lr_ratio: float = 1.0
     """The decay ends at lr x this (1.0: no decay)."""
     warmup_steps: int | None = 0
@@ -92,6 +92,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     from nemotron.data_prep.nano3_chat import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer
     from nemotron.data_prep.verifiable import score
+    from nemotron.models import nano3
     from nemotron.models.loading import load_model
     from nemotron.training.compute import all_reduce_mean
     from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
@@ -124,7 +125,8 @@ def main(config: Config) -> Nano3RLCheckpoint:
     policy = run.load_model(sft.model_dir)
     forward, ddp, autocast = run.prepare(policy)
     reference = load_model(sft.model_dir)[0] if config.kl_beta else None
-    balance = ExpertBalance(policy, policy.config.num_experts_per_tok, 1e-4, 0.0)  # aux loss on, bias frozen
+    # The balancing loss stays on; the expert bias is frozen (the policy should not re-route during RL).
+    balance = ExpertBalance(policy, policy.config.num_experts_per_tok, nano3.AUX_LOSS_COEFF, 0.0)
     optimizer, scheduler = adamw_with_schedule(policy, config, steps)
     questions = EpochSampler(problems, prompts_per_step // world_size, 1, config.seed, run.info.rank, world_size)
 
