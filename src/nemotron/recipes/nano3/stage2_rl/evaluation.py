@@ -40,8 +40,8 @@ class Config:
     """Or a tracked reference such as `nano3rlcheckpoint:latest`."""
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 100)."""
-    max_new_tokens: int = 96
-    """Tokens generated per answer (reasoning on)."""
+    max_new_tokens: int = 112
+    """Tokens generated per answer (reasoning on; a worked sum with its answer is 60-100 tokens)."""
     batch_size: int = 16
     """Prompts per generate call."""
     num_threads: int | None = None

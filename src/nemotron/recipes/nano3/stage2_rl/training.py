@@ -36,7 +36,9 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3SFTCheckpoint, Nano3SFTDataset
 from nemotron.training.settings import TrainingSettings
 
-STEPS = {"tiny": 30, "small": 300, "medium": 1000, "full": 5000}
+# Optimizer steps per scale. Tiny: 20 steps of 4 questions x 4 samples (an estimate for the recipe's
+# 5-minute budget: generation dominates a GRPO step, see benchmarks/bench_grpo_step.py).
+STEPS = {"tiny": 20, "small": 300, "medium": 1000, "full": 5000}
 
 
 @dataclass
@@ -48,13 +50,13 @@ class Config(TrainingSettings):
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
     steps: int | None = None
-    """Optimizer steps; default per scale (tiny 30)."""
-    completions_per_step: int = 32
+    """Optimizer steps; default per scale (tiny 20)."""
+    completions_per_step: int = 16
     """Completions sampled per step, all processes together: whole groups (a multiple of --group-size)."""
-    group_size: int = 8
+    group_size: int = 4
     """Completions sampled per question; advantages are normalised within each group."""
-    max_new_tokens: int = 80
-    """Tokens sampled per completion (a worked two-digit sum is ~50)."""
+    max_new_tokens: int = 96
+    """Tokens sampled per completion (a worked two-digit sum with its answer is 60-100 tokens)."""
     temperature: float = 1.0
     """Sampling temperature."""
     lr: float = 2e-4
