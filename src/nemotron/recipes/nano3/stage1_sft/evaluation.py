@@ -36,7 +36,7 @@ from nemotron.recipes.nano3.artifacts import (
 )
 
 FULL_PROBLEMS = 10_000  # held-out problems scored at full scale; apply_scale gives tiny 100
-MAX_NEW_TOKENS = {"on": 112, "off": 8}  # a worked two-digit sum with its answer is 60-100 tokens tokens; an answer 1-3
+MAX_NEW_TOKENS = {"on": 112, "off": 8}  # a worked sum with its answer: 60-100 tokens; an answer alone: 1-3
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Config:
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 100)."""
     max_new_tokens: int | None = None
-    """Tokens generated per answer; default 96 with reasoning on (a worked two-digit sum with its answer is 60-100 tokens), 8 off."""
+    """Tokens generated per answer; default 112 with reasoning on (a worked sum is 60-100 tokens), 8 off."""
     batch_size: int = 16
     """Prompts per generate call."""
     num_threads: int | None = None
