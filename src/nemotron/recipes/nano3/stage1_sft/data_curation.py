@@ -59,8 +59,9 @@ class Config:
     """Share of the training problems whose reasoning is stripped (Nano 3: 10%), teaching the off switch."""
     train_reasoning: bool = True
     """Reasoning tokens are loss targets (False: the model reads them in context but is not trained on them)."""
-    chat_data: bool = True
-    """Add nano2's chat data (chatterbot conversations) so the model keeps chatting."""
+    chat_data: bool = False
+    """Add nano2's chat data (chatterbot, ~2,000 conversations). Off by default at tiny, measured: with it,
+    300 SFT steps left held-out exact match at 0.00 (on) / 0.01 (off); without it, 0.16 / 0.04."""
     valid_share: float = 0.05
     """Share of the training conversations kept for the validation loss."""
     pack_size: int | None = None

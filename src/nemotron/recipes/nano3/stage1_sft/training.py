@@ -28,9 +28,9 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTCheckpoint, Nano3SFTDataset
 from nemotron.training.settings import TrainingSettings
 
-# Optimizer steps per scale. Tiny: 640 packed rows of 256 tokens, about 0.6 epoch of the ~1,000 rows that
-# 800 worked problems and the chat data pack into (an estimate: not yet measured end to end).
-STEPS = {"tiny": 80, "small": 1000, "medium": 4000, "full": 20000}
+# Optimizer steps per scale. Tiny: 300 steps of 8 packed rows, lr 3e-3, measured: held-out exact match
+# 0.16 with reasoning on, 0.04 off (base 0 / 0); 80 steps at lr 1e-3 left both at 0.
+STEPS = {"tiny": 300, "small": 1000, "medium": 4000, "full": 20000}
 
 
 @dataclass
@@ -46,13 +46,13 @@ class Config(TrainingSettings):
     checkpoint_artifact: str | None = None
     """Or a tracked reference."""
     steps: int | None = None
-    """Optimizer steps; default per scale (tiny 80)."""
+    """Optimizer steps; default per scale (tiny 300)."""
     micro_batch_size: int = 8
     """Packed rows per forward pass (per process)."""
     grad_accum_steps: int = 1
     """Micro-batches per optimizer step."""
-    lr: float = 1e-3
-    """Peak learning rate."""
+    lr: float = 3e-3
+    """Peak learning rate (tiny models need a high one; 1e-3 learned no addition in 80 steps)."""
     min_lr_ratio: float = 0.1
     """The decay ends at lr x this."""
     warmup_steps: int | None = None

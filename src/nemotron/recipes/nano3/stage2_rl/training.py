@@ -59,8 +59,9 @@ class Config(TrainingSettings):
     """Tokens sampled per completion (a worked two-digit sum with its answer is 60-100 tokens)."""
     temperature: float = 1.0
     """Sampling temperature."""
-    lr: float = 2e-4
-    """Learning rate (constant: --min-lr-ratio 1.0)."""
+    lr: float = 2e-5
+    """Learning rate (constant: --min-lr-ratio 1.0). Measured at tiny from the SFT model: 2e-4 lowered
+    held-out reward 0.25 -> 0.13, 1e-4 -> 0.17, 5e-5 -> 0.24, 2e-5 -> 0.23 (no setting raised it)."""
     min_lr_ratio: float = 1.0
     """The decay ends at lr x this (1.0: no decay)."""
     warmup_steps: int | None = 0
