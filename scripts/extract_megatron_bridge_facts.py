@@ -17,7 +17,11 @@ reference files with `ast` (nothing is imported or executed) and writes
 - `packed_parquet`: the packed-Parquet reader's required columns, their documented Arrow types, the
   writer's loss-mask type, the accepted file suffixes and the slicing its collate applies per packed
   sequence (which is where the loss-mask shift convention lives);
-- `gpt_dataset_blend`: the annotations and documentation of `blend`, `blend_per_split` and `split`.
+- `gpt_dataset_blend`: the annotations and documentation of `blend`, `blend_per_split` and `split`;
+- `model_arguments`: for each recipe function that builds its model inline (`cfg.model = Provider(...)`),
+  the keyword arguments written as literals (shape, MoE routing, ...); a value that is not a literal
+  (e.g. `squared_relu`, `torch.bfloat16`) is kept as its source text. `nemotron.models.nano3` is tested
+  against the `nemotron_3_nano` entry.
 
 Sources, in order: the reference folders (`--megatron-bridge`, `--megatron-lm`, each README names its
 commit); for Megatron-Bridge modules that the reference folder does not hold (e.g. the
@@ -328,6 +332,28 @@ def recipe_facts(sources: Sources, table: ClassTable) -> dict:
     return dict(sorted(recipes.items()))
 
 
+def model_arguments(sources: Sources) -> dict[str, dict]:
+    """Keyword arguments of every inline `cfg.model = SomeProvider(...)` in the recipe modules."""
+    found = {}
+    for module_name in RECIPE_MODULES:
+        tree, origin = sources.module(module_name)
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Assign) and any(ast.unparse(t) == "cfg.model" for t in inner.targets) \
+                        and isinstance(inner.value, ast.Call) and ast.unparse(inner.value.func)[:1].isupper():
+                    arguments = {}
+                    for keyword in inner.value.keywords:
+                        try:
+                            arguments[keyword.arg] = ast.literal_eval(keyword.value)
+                        except ValueError:
+                            arguments[keyword.arg] = {"source": ast.unparse(keyword.value)}
+                    found[node.name] = {"source": origin, "provider": ast.unparse(inner.value.func),
+                                        "arguments": dict(sorted(arguments.items()))}
+    return dict(sorted(found.items()))
+
+
 def used_keys(sources: Sources) -> dict[str, list[str]]:
     """Keys the reference recipes set, per class: `Class(key=...)` and `cfg.<section>.<key> = ...`."""
     section_class = {"model": "HybridModelProvider", "tokenizer": "TokenizerConfig", "train": "TrainingConfig",
@@ -499,6 +525,7 @@ def main() -> None:
         "recipes": recipes,
         "packed_parquet": packed_parquet_facts(sources),
         "gpt_dataset_blend": blend_facts(sources),
+        "model_arguments": model_arguments(sources),
     }
     text = json.dumps(facts, indent=1, sort_keys=True) + "\n"
     args.output.write_text(text)

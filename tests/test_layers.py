@@ -78,7 +78,8 @@ def test_the_layer_test_sees_every_step():
 
 CURATION_STEPS = [p for p in STEPS if p.name in ("data_curation.py", "normalize.py", "pools.py", "synthetic_data.py")]
 LIGHT = ["nemotron.recipes.nano2.artifacts", "nemotron.artifact", "nemotron.cli", "nemotron.recipes.orchestration",
-         "nemotron.recipes.nano2.__main__"]
+         "nemotron.recipes.nano2.__main__", "nemotron.recipes.nano3.artifacts", "nemotron.recipes.nano3.__main__",
+         "nemotron.data_prep.nano3_chat", "nemotron.data_prep.verifiable"]
 
 
 def module_name(path: Path) -> str:
@@ -92,3 +93,40 @@ def test_data_steps_and_the_contract_import_neither_torch_nor_transformers(modul
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == [], f"importing {module} loads {result.stdout.strip()}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# A second recipe reuses the library; it copies no step code from the first (issue 12)
+# ---------------------------------------------------------------------------------------------------
+
+BLOCK = 8  # lines: a block this long shared by two recipes' step files belongs in the library
+
+
+def code_lines(path: Path) -> list[str]:
+    """The file's lines with indentation, blank lines and comments dropped (what a copy keeps)."""
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def shared_blocks(a: Path, b: Path, size: int = BLOCK) -> list[str]:
+    windows = {tuple(code_lines(a)[i : i + size]) for i in range(len(code_lines(a)) - size + 1)}
+    lines = code_lines(b)
+    return ["\n".join(lines[i : i + size]) for i in range(len(lines) - size + 1) if tuple(lines[i : i + size]) in windows]
+
+
+def recipe_files(recipe: str) -> list[Path]:
+    return sorted(p for p in (SRC / "recipes" / recipe).rglob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("nano3_file", recipe_files("nano3"), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_block_of_code_is_copied_between_the_nano2_and_nano3_recipes(nano3_file):
+    copied = {str(f.relative_to(SRC)): blocks[0] for f in recipe_files("nano2")
+              if (blocks := shared_blocks(f, nano3_file))}
+    assert not copied, f"{nano3_file.relative_to(SRC)} repeats {BLOCK}+ lines of {copied}; move them into the library"
+
+
+def test_the_copy_check_finds_a_copied_block(tmp_path):
+    source = SRC / "recipes" / "nano2" / "stage0_pretrain" / "training.py"
+    copy = tmp_path / "copy.py"
+    copy.write_text("x = 1\n" + "\n".join(source.read_text().splitlines()[150:170]))
+    assert shared_blocks(source, copy)

@@ -210,3 +210,22 @@ def _encode_text(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[l
     """Encode strings as plain text: no BOS/EOS added and special-token strings are NOT matched."""
     encoded = tokenizer(texts, add_special_tokens=False, split_special_tokens=True)
     return [list(ids) for ids in encoded["input_ids"]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Templates by name: `chat_template="nano2"` or `"nano3"` wherever a step takes one
+# ---------------------------------------------------------------------------------------------------
+
+CHAT_TEMPLATE_NAMES = ("nano2", "nano3")
+
+
+def chat_template_named(name: str) -> str:
+    """The Jinja text of a chat format by name: "nano2" (this module) or "nano3" (reasoning, tools:
+    `nemotron.data_prep.nano3_chat`)."""
+    if name == "nano2":
+        return NANO2_CHAT_TEMPLATE
+    if name == "nano3":
+        from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE
+
+        return NANO3_CHAT_TEMPLATE
+    raise NemotronError(f"unknown chat template {name!r}; use one of {', '.join(CHAT_TEMPLATE_NAMES)}")

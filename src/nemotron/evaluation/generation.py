@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from nemotron.errors import NemotronError
-from nemotron.training.logprobs import evaluation_mode, model_device
+from nemotron.training.logprobs import cut_at_stop, evaluation_mode, left_pad, model_device  # noqa: F401
 
 Prompt = str | Sequence[int]
 
@@ -40,25 +40,6 @@ def encode_prompt(tokenizer, prompt: Prompt, index: int) -> list[int]:
     if not ids:
         raise NemotronError(f"prompt {index} is empty; generation needs at least one prompt token")
     return ids
-
-
-def left_pad(batch: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack prompts padded on the left, so every row's next token is predicted at the same last column."""
-    length = max(len(ids) for ids in batch)
-    input_ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
-    for row, ids in enumerate(batch):
-        input_ids[row, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[row, length - len(ids) :] = 1
-    return input_ids, attention_mask
-
-
-def cut_at_stop(new_ids: list[int], stop_token_ids: Sequence[int]) -> list[int]:
-    """The generated ids before the first stop token (generate pads finished rows after their stop)."""
-    for position, token in enumerate(new_ids):
-        if token in stop_token_ids:
-            return new_ids[:position]
-    return new_ids
 
 
 def greedy_samples(

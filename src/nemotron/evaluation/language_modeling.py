@@ -228,3 +228,28 @@ class UnigramBaseline:
         if num_tokens == 0:
             raise NemotronError("no target tokens were scored: the windows are empty or every loss mask is 0")
         return total_nll / num_tokens, num_tokens
+
+
+def score_against_unigram(
+    model, tokenizer, windows: list[np.ndarray], train_prefixes: Sequence, batch_size: int = 8,
+) -> dict[str, float]:
+    """A pretrained model's held-out numbers next to a unigram baseline fitted on `train_prefixes`
+    (bin/idx shards) and scored on exactly the same targets: validation_loss, perplexity,
+    bits_per_byte, unigram_loss, unigram_bits_per_byte, unigram_perplexity, num_tokens, num_bytes."""
+    from nemotron.data_prep.indexed import IndexedReader
+
+    loss, num_tokens = heldout_loss(model, windows, batch_size=batch_size)
+    num_bytes = target_utf8_bytes(tokenizer, windows)
+    readers = [IndexedReader(prefix) for prefix in train_prefixes]
+    unigram = UnigramBaseline.fit((doc for reader in readers for doc in reader), len(tokenizer))
+    unigram_loss, _ = unigram.heldout_loss(windows)
+    return {
+        "validation_loss": loss,
+        "perplexity": perplexity(loss),
+        "bits_per_byte": bits_per_byte(loss * num_tokens, num_bytes),
+        "unigram_loss": unigram_loss,
+        "unigram_bits_per_byte": bits_per_byte(unigram_loss * num_tokens, num_bytes),
+        "unigram_perplexity": perplexity(unigram_loss),
+        "num_tokens": num_tokens,
+        "num_bytes": num_bytes,
+    }

@@ -39,15 +39,17 @@ Scales (parameters counted with the vocabulary in `VOCAB_SIZES`; `count_paramete
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import torch
-from torch import nn
-from transformers import NemotronHConfig, NemotronHForCausalLM
+from transformers import NemotronHConfig
 
-from nemotron.data_prep.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZES  # noqa: F401 (re-exported)
-from nemotron.errors import NemotronError
+from nemotron.data_prep.tokenizer import VOCAB_SIZES  # noqa: F401 (re-exported)
+from nemotron.models.hybrid import (  # noqa: F401 (re-exported: one import line for a step)
+    build_hybrid_config,
+    build_model,
+    count_parameters,
+    describe_pattern,
+)
 
 PATTERN_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP"}
 
@@ -143,82 +145,4 @@ def build_config(scale: str, vocab_size: int, **overrides: Any) -> NemotronHConf
     `overrides` take NemotronHConfig field names (plus `hybrid_override_pattern`); an unknown name or
     an inconsistent shape is a NemotronError, never a silently ignored setting.
     """
-    if scale not in SCALES:
-        raise NemotronError(f"unknown model scale {scale!r}; use one of {', '.join(SCALES)}")
-    if vocab_size <= EOS_ID:
-        raise NemotronError(f"vocab_size={vocab_size} is too small: it must hold the special tokens 0..{EOS_ID}")
-    known = {field.name for field in dataclasses.fields(NemotronHConfig)} | {"hybrid_override_pattern"}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise NemotronError(
-            f"unknown model setting(s) {', '.join(unknown)} for scale {scale!r}; use NemotronHConfig field names "
-            "(e.g. hidden_size, hybrid_override_pattern, mamba_num_heads)"
-        )
-    settings = {**COMMON, **SCALES[scale], **overrides}
-    if "layers_block_type" in overrides:  # an explicit list wins over the table's pattern string
-        settings.pop("hybrid_override_pattern", None)
-    else:
-        _check_pattern(settings["hybrid_override_pattern"])
-    _check_shapes(settings)
-    try:
-        return NemotronHConfig(
-            vocab_size=vocab_size,
-            pad_token_id=PAD_ID,
-            bos_token_id=BOS_ID,
-            eos_token_id=EOS_ID,
-            **settings,
-        )
-    except (ValueError, TypeError) as error:
-        raise NemotronError(f"invalid model settings for scale {scale!r}: {error}") from None
-
-
-def build_model(config: NemotronHConfig, seed: int) -> NemotronHForCausalLM:
-    """A freshly initialised model; the same config and seed give bit-identical weights.
-
-    The seed is used in a forked RNG, so building a model does not disturb the caller's random state.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = NemotronHForCausalLM(config)
-    return model
-
-
-def count_parameters(model_or_config: nn.Module | NemotronHConfig) -> int:
-    """Number of parameters of a model, or of the model a config describes (built on the meta
-    device, so even the 9B shape is counted without allocating memory)."""
-    if isinstance(model_or_config, NemotronHConfig):
-        with torch.device("meta"):
-            model_or_config = NemotronHForCausalLM(model_or_config)
-    return sum(parameter.numel() for parameter in model_or_config.parameters())
-
-
-def describe_pattern(pattern: str) -> str:
-    """'M-M*-M-' -> '7 layers: 3 Mamba-2, 3 MLP, 1 attention' (for logs and READMEs)."""
-    counts = {name: pattern.count(symbol) for symbol, name in PATTERN_SYMBOLS.items()}
-    parts = ", ".join(f"{n} {name}" for name, n in sorted(counts.items(), key=lambda item: -item[1]) if n)
-    return f"{len(pattern)} layers: {parts}"
-
-
-def _check_pattern(pattern: Any) -> None:
-    if not isinstance(pattern, str) or not pattern:
-        raise NemotronError(f"hybrid_override_pattern must be a non-empty string like 'M-M*-M-', got {pattern!r}")
-    bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
-    if bad:
-        raise NemotronError(
-            f"hybrid_override_pattern {pattern!r} has unknown layer symbol(s) {''.join(bad)!r}; "
-            "use M (Mamba-2), * (attention), - (MLP)"
-        )
-
-
-def _check_shapes(settings: dict[str, Any]) -> None:
-    """The divisibility rules the Mamba-2 and attention layers assume, checked up front with names."""
-    rules = [
-        ("mamba_num_heads", "n_groups", "Mamba-2 heads are split evenly between B/C groups"),
-        ("num_attention_heads", "num_key_value_heads", "query heads share key/value heads evenly (GQA)"),
-    ]
-    for numerator, denominator, why in rules:
-        if settings[numerator] % settings[denominator]:
-            raise NemotronError(
-                f"{numerator}={settings[numerator]} is not divisible by {denominator}={settings[denominator]} "
-                f"({why}); change one of them"
-            )
+    return build_hybrid_config("nano2", SCALES, COMMON, scale, vocab_size, "M*-", overrides)

@@ -19,6 +19,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,6 +62,20 @@ def run_step(
         print(f"[done] {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
         _STEPS.append((name, "run"))
         return artifact
+
+
+@dataclass
+class RecipeSettings:
+    """The fields every recipe and stage orchestrator's Config starts with (it redefines `output_dir`)."""
+
+    output_dir: Path = Path("runs")
+    """Each step (or stage) writes into a folder of its own name under this one."""
+    scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
+    seed: int = 0
+    """Seeds every random choice of the run: same config and seed, same bytes."""
+    force: bool = False
+    """Re-run steps even when their output is up to date."""
 
 
 # What this process ran and skipped, for the one-line summary a person reads last (`cli.AT_END`).

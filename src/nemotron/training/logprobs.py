@@ -114,6 +114,25 @@ def right_pad(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor
     return input_ids, attention_mask
 
 
+def left_pad(batch: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack prompts padded on the left, so every row's next token is predicted at the same last column."""
+    length = max(len(ids) for ids in batch)
+    input_ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
+    for row, ids in enumerate(batch):
+        input_ids[row, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, length - len(ids) :] = 1
+    return input_ids, attention_mask
+
+
+def cut_at_stop(new_ids: list[int], stop_token_ids: Sequence[int]) -> list[int]:
+    """The generated ids before the first stop token (generate pads finished rows after their stop)."""
+    for position, token in enumerate(new_ids):
+        if token in stop_token_ids:
+            return new_ids[:position]
+    return new_ids
+
+
 def completion_logprobs(
     model: torch.nn.Module,
     prompts_ids: Sequence[TokenSequence],

@@ -8,9 +8,12 @@ torch-free, so a step's `--help` stays fast.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from nemotron.errors import NemotronError
 
 
 @dataclass
@@ -60,3 +63,17 @@ class TrainingSettings:
         `--scale full` with no engine given (the published model is never trained by the plain loop)."""
         return self.engine == "megatron-bridge" or (self.engine is None and self.scale == "full")
 
+
+
+def parse_overrides(items: tuple[str, ...]) -> dict:
+    """`("hidden_size=192", "hybrid_override_pattern=M-M*-")` -> {"hidden_size": 192, ...}."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise NemotronError(f"--model-overrides {item!r} is not KEY=VALUE; e.g. hidden_size=192")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value  # a bare string such as a layer pattern
+    return overrides

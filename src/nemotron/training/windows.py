@@ -24,6 +24,7 @@ Shards are memory-mapped (`IndexedReader`), so the stream is never loaded into m
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -181,3 +182,32 @@ def windows_loss(model, windows: TokenWindows, ids: range, batch_size: int, auto
     total, count = all_reduce_mean(torch.tensor([total, count], dtype=torch.float64)).tolist()
     return total / count
 
+
+
+def pretraining_windows(
+    dataset, seq_len: int, micro_batch_size: int, grad_accum_steps: int, eval_batches: int, seed: int,
+    rank: int, world_size: int,
+) -> tuple[TokenWindows, TokenWindows, range]:
+    """What a pretraining step reads from a dataset with `train_prefixes` / `valid_prefixes`:
+    (this rank's seeded training windows, the validation windows, the validation ids this rank scores).
+
+    Validation is the first `eval_batches` global batches of valid windows, whatever the split into
+    processes and micro-batches (so 1 and 2 processes report the same val_loss); each rank scores a
+    slice. Opening the shards validates them (magic, sizes, pointers): a truncated shard fails here.
+    """
+    train = TokenWindows(dataset.train_prefixes, seq_len, micro_batch_size * grad_accum_steps, seed, rank, world_size)
+    valid = TokenWindows(dataset.valid_prefixes, seq_len, 1, seed=0)
+    num_valid = min(valid.num_windows, eval_batches * train.global_batch_size)
+    per_rank = math.ceil(num_valid / world_size)
+    return train, valid, range(rank * per_rank, min(num_valid, (rank + 1) * per_rank))
+
+
+def heldout_windows(prefixes: list[Path], seq_len: int, max_tokens: int) -> list[np.ndarray]:
+    """Up to `max_tokens` of held-out text from the shards `prefixes`, as windows of `seq_len + 1` tokens.
+
+    The same windows pretraining reads (documents concatenated, each ending in EOS, consecutive windows
+    sharing one token), taken in stream order: a fixed, seed-free set, so every run scores the same text.
+    """
+    stream = TokenWindows(prefixes, seq_len=seq_len, batch_size=1, seed=0)
+    count = min(stream.num_windows, max(1, max_tokens // seq_len))
+    return [stream.window(i) for i in range(count)]

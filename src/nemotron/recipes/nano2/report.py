@@ -26,9 +26,15 @@ from typing import Any
 
 from nemotron import atomic
 from nemotron.artifact import METADATA
-from nemotron.artifact.lineage import lineage_lines, read_metadata
 from nemotron.errors import NemotronError
-from nemotron.training.metrics import read_metrics
+from nemotron.recipes.report_card import (
+    collect,
+    fmt,
+    plain_metrics,
+    plot_loss_curves,
+    report_main,
+    steps_section,
+)
 
 # The recipe's steps in order: (stage folder, step folder). The report lists what exists of these.
 STEPS = [
@@ -58,23 +64,6 @@ MUTUAL_INFO_NOTE = (
 )
 
 
-def collect(starts: list[Path]) -> list[dict[str, Any]]:
-    """Every artifact reachable from `starts` through recorded inputs, inputs before consumers."""
-    found: dict[str, dict[str, Any]] = {}
-
-    def visit(path: str) -> None:
-        if path in found or not (Path(path) / METADATA).exists():
-            return  # seen already, or a raw source
-        data = read_metadata(path)
-        for ref in data.get("inputs", []):
-            visit(ref["path"])
-        found[path] = data
-
-    for start in starts:
-        visit(str(Path(start).resolve()))
-    return list(found.values())
-
-
 def find_artifacts(folder: Path) -> list[Path]:
     """The artifact folder itself, or every step of a recipe output folder that has run."""
     if (folder / METADATA).exists():
@@ -91,12 +80,6 @@ def find_artifacts(folder: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------------
-
-
-def fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def direction(measure: str) -> str:
@@ -163,59 +146,6 @@ def side_by_side(artifacts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def plain_metrics(art: dict[str, Any]) -> list[str]:
-    lines = ["| metric | value |", "|---|---|"]
-    for key, value in art.get("metrics", {}).items():
-        if isinstance(value, (int, float, str)) and key != "wall_seconds":
-            lines.append(f"| {key} | {fmt(value)} |")
-    return lines
-
-
-def settings(art: dict[str, Any]) -> str:
-    """The step's config without locations and empty values: what a reader needs to reproduce it."""
-    items = [
-        f"{k}={fmt(v)}"
-        for k, v in art.get("config", {}).items()
-        if v not in (None, (), [], "") and not k.endswith(("_dir", "_path", "_artifact"))
-    ]
-    return ", ".join(items)
-
-
-def step_name(art: dict[str, Any]) -> str:
-    parts = Path(art["path"]).parts
-    return "/".join(parts[-2:])
-
-
-# ---------------------------------------------------------------------------------------------
-# Plots
-# ---------------------------------------------------------------------------------------------
-
-
-def plot_loss_curves(checkpoints: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(checkpoints), figsize=(5 * len(checkpoints), 3.6), squeeze=False)
-    for ax, art in zip(axes[0], checkpoints):
-        records = read_metrics(art["metrics_path"])
-        steps = [r["step"] for r in records if "loss" in r]
-        ax.plot(steps, [r["loss"] for r in records if "loss" in r], lw=1, label="train loss")
-        val = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
-        if val:
-            ax.plot(*zip(*val), "o-", ms=4, label="validation loss")
-        ax.set_title(step_name(art).split("/")[0])
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    axes[0][0].set_ylabel("loss")
-    fig.tight_layout()
-    with atomic.output_path(path) as temp:
-        fig.savefig(temp, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-
-
 # ---------------------------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------------------------
@@ -261,22 +191,7 @@ def write_report(folder: Path) -> Path:
         plot_loss_curves(checkpoints, out / "loss_curves.png")
         md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
 
-    md += ["", "## Steps", "",
-           "What the machine did: wall time, and for training steps the throughput and the processes x torch",
-           "threads they ran with (`nemotron.training.compute.torch_threads`).", "",
-           "| step | wall time (s) | tokens/s | processes x threads | digest | settings |",
-           "|---|---|---|---|---|---|"]
-    for art in artifacts:
-        metrics = art.get("metrics", {})
-        wall, speed = metrics.get("wall_seconds"), metrics.get("tokens_per_second")
-        layout = f"{metrics['world_size']} x {metrics['num_threads']}" if "world_size" in metrics else ""
-        md.append(
-            f"| {step_name(art)} | {fmt(wall) if wall is not None else ''} | "
-            f"{f'{speed:,.0f}' if speed else ''} | {layout} | `{(art.get('digest') or '')[:12]}` | {settings(art)} |"
-        )
-    total = sum(a.get("metrics", {}).get("wall_seconds") or 0 for a in artifacts)
-    md += ["", f"Total wall time of the steps: {total:.0f} s.", ""]
-    md += ["## Lineage", "", "```", *lineage_lines(starts[-1]), "```", ""]
+    md += steps_section(artifacts, starts[-1])
 
     report = out / "report.md"
     atomic.write_text(report, "\n".join(md))
@@ -284,16 +199,7 @@ def write_report(folder: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m nemotron.recipes.nano2.report FOLDER", file=sys.stderr)
-        return 2
-    try:
-        report = write_report(Path(argv[0]))
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"report written to {report}", file=sys.stderr)
-    return 0
+    return report_main(argv, write_report, "python -m nemotron.recipes.nano2.report FOLDER")
 
 
 if __name__ == "__main__":

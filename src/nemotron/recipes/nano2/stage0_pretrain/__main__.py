@@ -19,21 +19,15 @@ from pathlib import Path
 
 from nemotron.cli import run
 from nemotron.recipes.nano2.stage0_pretrain import data_curation, evaluation, training
-from nemotron.recipes.orchestration import refuse_overridden_flags, run_step
+from nemotron.recipes.orchestration import RecipeSettings, refuse_overridden_flags, run_step
 
 
 @dataclass
-class Config:
+class Config(RecipeSettings):
     """Stage 0: pretraining from raw text."""
 
     output_dir: Path = Path("runs/nano2/stage0_pretrain")
     """Each step writes into a folder of its own name under this one."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
-    seed: int = 0
-    """Seeds every random choice of the run: same config and seed, same bytes."""
-    force: bool = False
-    """Re-run steps even when their output is up to date."""
     data_curation: data_curation.Config = field(default_factory=data_curation.Config)
     """Settings of the data curation step (`data_curation.py --help` lists them)."""
     training: training.Config = field(default_factory=training.Config)

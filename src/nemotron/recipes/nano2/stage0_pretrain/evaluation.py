@@ -40,8 +40,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
@@ -105,21 +103,14 @@ class Config:
     """Unused (greedy decoding and fixed windows are deterministic); kept so every step has it."""
 
 
-
-
 def main(config: Config) -> PretrainResults:
     # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
     from nemotron.evaluation.generation import greedy_samples
-    from nemotron.evaluation.language_modeling import (
-        UnigramBaseline,
-        bits_per_byte,
-        heldout_loss,
-        perplexity,
-        target_utf8_bytes,
-    )
+    from nemotron.evaluation.language_modeling import score_against_unigram
     from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, text_task
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
+    from nemotron.training.windows import heldout_windows
 
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
@@ -140,16 +131,11 @@ def main(config: Config) -> PretrainResults:
     max_tokens = config.max_tokens or apply_scale(FULL_EVAL_TOKENS, config.scale)
 
     with evaluation_threads(config.num_threads):
-        # --- model: held-out loss of the checkpoint's Hugging Face folder ---
+        # --- model and baseline: held-out loss of the checkpoint's Hugging Face folder, and of unigram
+        # frequencies of the training shards on the same targets ---
         model, tokenizer = load_model(checkpoint.model_dir)
         windows = heldout_windows(prefixes, seq_len, max_tokens)
-        loss, num_tokens = heldout_loss(model, windows, batch_size=config.batch_size)
-        num_bytes = target_utf8_bytes(tokenizer, windows)
-
-        # --- baseline: unigram frequencies of the training shards, scored on the same targets ---
-        readers = [IndexedReader(prefix) for prefix in dataset.train_prefixes]
-        unigram = UnigramBaseline.fit((doc for reader in readers for doc in reader), len(tokenizer))
-        unigram_loss, _ = unigram.heldout_loss(windows)
+        scores = score_against_unigram(model, tokenizer, windows, dataset.train_prefixes, config.batch_size)
 
         # --- samples: greedy continuations of fixed openings ---
         max_new_tokens = config.max_new_tokens or SAMPLE_TOKENS[config.scale]
@@ -170,18 +156,10 @@ def main(config: Config) -> PretrainResults:
 
     # --- save ---
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
-    numbers = {
-        "validation_loss": loss,
-        "perplexity": perplexity(loss),
-        "bits_per_byte": bits_per_byte(loss * num_tokens, num_bytes),
-        "unigram_loss": unigram_loss,
-        "unigram_bits_per_byte": bits_per_byte(unigram_loss * num_tokens, num_bytes),
-    }
+    numbers = {name: scores[name] for name in ("validation_loss", "perplexity", "bits_per_byte", "unigram_loss",
+                                                "unigram_bits_per_byte")}
     metrics = {
-        **numbers,
-        "unigram_perplexity": perplexity(unigram_loss),
-        "num_tokens": num_tokens,
-        "num_bytes": num_bytes,
+        **scores,
         "num_windows": len(windows),
         "seq_len": seq_len,
         "wall_seconds": time.perf_counter() - started,
@@ -196,7 +174,7 @@ def main(config: Config) -> PretrainResults:
         seed=config.seed,
         inputs=[checkpoint, dataset],
         samples_path=out / "samples.json",
-        num_tokens=num_tokens,
+        num_tokens=scores["num_tokens"],
         harness=config.harness,
         **lm_eval,
         metrics=metrics,
@@ -210,19 +188,6 @@ def trained_seq_len(checkpoint: PretrainCheckpoint) -> int:
     if not isinstance(seq_len, int) or seq_len < 1:
         raise NemotronError(f"{checkpoint.path}: the checkpoint's config records no seq_len; pass --seq-len N")
     return seq_len
-
-
-def heldout_windows(prefixes: list[Path], seq_len: int, max_tokens: int) -> list[np.ndarray]:
-    """The first max_tokens // seq_len windows of seq_len + 1 tokens of the held-out token stream.
-
-    The same windows pretraining reads (documents concatenated, each ending in EOS, consecutive windows
-    sharing one token), taken in stream order: a fixed, seed-free set, so every run scores the same text.
-    """
-    from nemotron.training.windows import TokenWindows
-
-    stream = TokenWindows(prefixes, seq_len=seq_len, batch_size=1, seed=0)
-    count = min(stream.num_windows, max(1, max_tokens // seq_len))
-    return [stream.window(i) for i in range(count)]
 
 
 def heldout_documents(prefixes: list[Path], tokenizer, max_tokens: int) -> list[str]:
@@ -254,6 +219,7 @@ def heldout_loss_of_model_dir(
     """
     from nemotron.evaluation.language_modeling import heldout_loss
     from nemotron.models.loading import load_model
+    from nemotron.training.windows import heldout_windows
 
     model, _ = load_model(model_dir)
     return heldout_loss(model, heldout_windows(prefixes, seq_len, max_tokens), batch_size=batch_size)

@@ -42,7 +42,6 @@ imported inside `main`, so `--help` answers without loading them.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -50,10 +49,9 @@ from pathlib import Path
 from typing import Literal
 
 from nemotron.cli import run
-from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
-from nemotron.training.settings import TrainingSettings
+from nemotron.training.settings import TrainingSettings, parse_overrides
 
 # Optimizer steps and window length per scale. Tiny: ~65 s on 2 idle cores (~9,600 tokens/s with 2
 # threads), ~0.45 epochs of Shakespeare; 340 rather than 300 steps because warmup-stable-decay then
@@ -123,7 +121,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
-    from nemotron.training.windows import TokenWindows, windows_loss
+    from nemotron.training.windows import pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains instead of this loop ---
     dataset = PretrainDataset.load_input(config, "dataset")
@@ -151,16 +149,8 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW, warmup + cosine decay
 
     # --- data: seeded windows over the train shards; a fixed slice of the valid shards ---
-    # Opening the shards validates them (magic, sizes, pointers): a truncated shard fails here.
-    rank, world_size = run.info.rank, run.info.world_size
-    train = TokenWindows(dataset.train_prefixes, seq_len, config.micro_batch_size * config.grad_accum_steps,
-                         config.seed, rank, world_size)
-    # Validation: the first `eval_batches` global batches of valid windows, whatever the split into
-    # processes and micro-batches (so 1 and 2 processes report the same val_loss); each rank scores a slice.
-    valid = TokenWindows(dataset.valid_prefixes, seq_len, 1, seed=0)
-    num_valid = min(valid.num_windows, config.eval_batches * train.global_batch_size)
-    per_rank = math.ceil(num_valid / world_size)
-    valid_ids = range(rank * per_rank, min(num_valid, (rank + 1) * per_rank))
+    train, valid, valid_ids = pretraining_windows(dataset, seq_len, config.micro_batch_size, config.grad_accum_steps,
+                                                  config.eval_batches, config.seed, run.info.rank, run.info.world_size)
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = run.resume(model, optimizer, scheduler, train, tokenizer)
@@ -196,20 +186,6 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
         "parameters": count_parameters(model),
         "epochs": run.state.tokens / max(train.num_tokens, 1),
     })
-
-
-def parse_overrides(items: tuple[str, ...]) -> dict:
-    """`("hidden_size=192", "hybrid_override_pattern=M-M*-")` -> {"hidden_size": 192, ...}."""
-    overrides = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise NemotronError(f"--model-overrides {item!r} is not KEY=VALUE; e.g. hidden_size=192")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value  # a bare string such as a layer pattern
-    return overrides
 
 
 if __name__ == "__main__":

@@ -1,0 +1,99 @@
+"""Where a GRPO step's time goes, against an SFT step on the same number of tokens.
+
+One GRPO step of stage 2 (`recipes/nano3/stage2_rl/training.py`), on the nano3 `--scale` MoE model
+with a tokenizer trained here on the addition task, broken into its phases:
+  generation   sampling `--group-size` completions for each of `--prompts` questions (KV / Mamba cache)
+  reward       decoding the completions and scoring them with the checker
+  logprobs     the old policy's log-probs of the sampled tokens (a no-grad forward)
+  update       the policy forward with gradient, the clipped loss, backward and AdamW
+and an SFT step (forward, masked loss, backward, AdamW) on a batch of the same prompt + completion
+sequences, i.e. the same tokens. The ratio shows what RL pays for sampling: generation is sequential,
+one token at a time, while SFT sees every token in one pass. Each is timed `--repeats` times, median.
+
+    python benchmarks/bench_grpo_step.py                 # tiny: 4 prompts x 8 completions of 48 tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from nemotron.data_prep.nano3_chat import render_nano3, tokenize_nano3_prompt
+from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer, train_tokenizer
+from nemotron.data_prep.verifiable import addition_problems, reward, score
+from nemotron.models import nano3
+from nemotron.models.loading import quiet_cuda_kernel_notes
+from nemotron.training.compute import torch_threads
+from nemotron.training.grpo import group_advantages, policy_loss, sample_groups, sampled_logprobs
+from nemotron.training.optim import build_optimizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", default="tiny")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-threads", type=int, default=None)
+    args = parser.parse_args()
+    quiet_cuda_kernel_notes()
+    torch.set_num_threads(torch_threads(args.num_threads))
+
+    problems = addition_problems(200, seed=0)
+    folder = Path(tempfile.mkdtemp()) / "tokenizer"
+    train_tokenizer([render_nano3(p.messages()) for p in problems], 1024, folder)
+    tokenizer = load_tokenizer(folder)
+    model = nano3.build_model(nano3.build_config(args.scale, len(tokenizer)), seed=0)
+    optimizer = build_optimizer(model, lr=1e-4)
+    batch = problems[: args.prompts]
+    prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p.question}]) for p in batch]
+    repeated = [p for p in prompts for _ in range(args.group_size)]
+
+    phases: dict[str, list[float]] = {name: [] for name in ("generation", "reward", "logprobs", "update", "sft")}
+    for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
+        clock = time.perf_counter()
+        completions = sample_groups(model, prompts, args.group_size, args.max_new_tokens, 1.0, IM_END_ID,
+                                    tokenizer.pad_token_id, seed=repeat)
+        marks = [time.perf_counter()]
+        texts = [tokenizer.decode(c) for c in completions]
+        rewards = torch.tensor(score(reward, texts, [p.answer for p in batch for _ in range(args.group_size)]))
+        advantages = group_advantages(rewards + torch.rand(len(rewards)), args.group_size)  # non-zero: a real update
+        marks.append(time.perf_counter())
+        with torch.no_grad():
+            old, mask = sampled_logprobs(model, repeated, completions)
+        marks.append(time.perf_counter())
+        logprobs, _ = sampled_logprobs(model, repeated, completions)
+        policy_loss(logprobs, old, advantages, mask).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        marks.append(time.perf_counter())
+        # SFT on the same sequences: next-token loss on the completion tokens, one pass with gradient
+        logprobs, mask = sampled_logprobs(model, repeated, completions)
+        (-(logprobs * mask).sum() / mask.sum()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        marks.append(time.perf_counter())
+        if repeat:
+            for name, start, end in zip(phases, [clock, *marks[:-1]], marks):
+                phases[name].append(end - start)
+
+    median = {name: statistics.median(values) for name, values in phases.items()}
+    grpo = sum(median[name] for name in ("generation", "reward", "logprobs", "update"))
+    tokens = int(mask.sum().item())
+    print(f"nano3 {args.scale} MoE, {args.prompts} prompts x {args.group_size} completions, {tokens} completion tokens "
+          f"({len(repeated)} sequences), threads {torch.get_num_threads()}")
+    print("| phase | seconds | share of the GRPO step |\n|---|---|---|")
+    for name in ("generation", "reward", "logprobs", "update"):
+        print(f"| {name} | {median[name]:.3f} | {median[name] / grpo:.0%} |")
+    print(f"| GRPO step | {grpo:.3f} | |\n| SFT step, same sequences | {median['sft']:.3f} | |")
+    print(f"GRPO step / SFT step on the same tokens: {grpo / median['sft']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

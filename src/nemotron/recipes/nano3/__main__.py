@@ -1,0 +1,61 @@
+"""The nano3 recipe: raw text -> a pretrained hybrid Mamba-Transformer mixture of experts, next to a dense
+model of the same active size.
+
+    python -m nemotron.recipes.nano3 --scale tiny
+
+  stage0_pretrain   nano2's data_curation -> training (MoE) -> training --dense -> evaluation
+  stage1_sft        worked problems + chat data -> SFT of the MoE model -> exact match, reasoning on / off
+  stage2_rl         GRPO from the SFT model on the checkable task -> held-out reward, SFT vs RL
+
+The report card goes to `<output-dir>/report/report.md` (report.py): bits per byte of the MoE model,
+the dense model and a unigram baseline, loss curves and the expert load over training. Re-running skips
+what is up to date; an interrupted training step resumes from its last checkpoint. Every knob of every
+step is a flag (`--stage0.training.steps 100`, `--stage2.training.group-size 4`; see --help).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from nemotron.cli import run
+from nemotron.recipes.nano3.report import write_report
+from nemotron.recipes.nano3.stage0_pretrain import __main__ as stage0
+from nemotron.recipes.nano3.stage1_sft import __main__ as stage1
+from nemotron.recipes.nano3.stage2_rl import __main__ as stage2
+from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, refuse_overridden_flags
+
+
+@dataclass
+class Config(RecipeSettings):
+    """The nano3 recipe."""
+
+    output_dir: Path = Path("runs/nano3")
+    """Each stage writes into a folder of its own name under this one."""
+    stage0: stage0.Config = field(default_factory=stage0.Config)
+    """Settings of stage 0's steps (see its `__main__ --help`)."""
+    stage1: stage1.Config = field(default_factory=stage1.Config)
+    """Settings of stage 1's steps (see its `__main__ --help`)."""
+    stage2: stage2.Config = field(default_factory=stage2.Config)
+    """Settings of stage 2's steps (see its `__main__ --help`)."""
+
+
+def main(config: Config) -> dict:
+    refuse_overridden_flags(config)
+    if config.scale == "full":
+        from nemotron.errors import NemotronError
+
+        raise NemotronError("--scale full is the published 31.6B Nemotron 3 Nano: no CPU trains it and nano3 writes "
+                            "no Megatron-Bridge hand-off yet; use --scale tiny|small|medium")
+    shared = dict(scale=config.scale, seed=config.seed, force=config.force)
+    pretrain = stage0.main(replace(config.stage0, output_dir=config.output_dir / "stage0_pretrain", **shared))
+    sft = stage1.main(replace(config.stage1, checkpoint_path=pretrain["nano3pretraincheckpoint"].path,
+                              output_dir=config.output_dir / "stage1_sft", **shared))
+    rl = stage2.main(replace(config.stage2, checkpoint_path=sft["nano3sftcheckpoint"].path,
+                             output_dir=config.output_dir / "stage2_rl", **shared))
+    SUMMARY["report"] = write_report(config.output_dir)
+    return {**pretrain, **sft, **rl}
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,168 @@
+"""The nano3 report card, written from the artifacts alone (pieces shared with nano2: recipes.report_card).
+
+    python -m nemotron.recipes.nano3.report runs/nano3
+
+writes `runs/nano3/report/`:
+
+  report.md          the MoE model, its dense counterpart and the unigram baseline side by side (held-out
+                     bits per byte, parameters, training time), the steps and the lineage
+  loss_curves.png    training and validation loss of both pretraining runs
+  expert_load.png    per MoE layer, each expert's share of the routed tokens over the steps, and the
+                     load-balancing loss (1.0 = perfectly even): routing settling, or not
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from nemotron import atomic
+from nemotron.artifact import METADATA
+from nemotron.errors import NemotronError
+from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section
+from nemotron.training.metrics import read_metrics
+
+STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
+         *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation")),
+         *(("stage2_rl", step) for step in ("training", "evaluation"))]
+
+
+def write_report(folder: Path) -> Path:
+    """Write `<folder>/report/report.md` and its plots for a nano3 recipe output folder; return the report."""
+    folder = Path(folder)
+    starts = [folder / stage / step for stage, step in STEPS if (folder / stage / step / METADATA).exists()]
+    if not starts:
+        raise NemotronError(f"{folder}: no nano3 artifact found (looked for <stage>/<step>/metadata.json); pass the "
+                            "nano3 recipe output folder")
+    artifacts = collect(starts)
+    out = folder / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    first = artifacts[0]
+    md = ["# nano3 report card", "", f"scale **{first['scale']}**, seed **{first['seed']}**", ""]
+
+    results = [a for a in artifacts if a["type"] == "nano3pretrainresults"]
+    if results:
+        md += ["## Stage 0: mixture of experts vs dense, same active parameters, on held-out text", "",
+               *comparison(results[-1]["metrics"])]
+    sft = [a for a in artifacts if a["type"] == "nano3sftresults"]
+    if sft:
+        md += ["", "## Stage 1: exact match on held-out problems, base vs SFT (± one standard error)", "",
+               *exact_match(sft[-1]["metrics"])]
+    rl = [a for a in artifacts if a["type"] == "nano3rlresults"]
+    if rl:
+        md += ["", "## Stage 2: GRPO, held-out reward and exact match (reasoning on), SFT vs RL", "",
+               *rl_table(rl[-1]["metrics"])]
+    policies = [a for a in artifacts if a["type"] == "nano3rlcheckpoint"]
+    if policies:
+        plot_reward(policies[-1]["metrics_path"], out / "reward.png")
+        md += ["", "![GRPO reward per step](reward.png)"]
+    checkpoints = [a for a in artifacts if a["type"] in ("nano3pretraincheckpoint", "nano3sftcheckpoint")]
+    if checkpoints:
+        plot_loss_curves(checkpoints, out / "loss_curves.png")
+        md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
+    moe = [a for a in checkpoints if a["type"] == "nano3pretraincheckpoint" and not a.get("dense")]
+    if moe:
+        plot_expert_load(moe[-1]["metrics_path"], out / "expert_load.png")
+        md += ["", "## Expert load", "",
+               "Each expert's share of the routed tokens per MoE layer (an even split is 1/experts), and the",
+               "load-balancing loss per layer (1.0 is perfectly even).", "", "![expert load](expert_load.png)"]
+    md += steps_section(artifacts, starts[-1])
+    report = out / "report.md"
+    atomic.write_text(report, "\n".join(md))
+    return report
+
+
+def comparison(metrics: dict[str, Any]) -> list[str]:
+    rows = [("held-out bits per byte", "bits_per_byte"), ("held-out loss (nats/token)", "validation_loss"),
+            ("perplexity", "perplexity"), ("parameters", "parameters"), ("training steps", "steps"),
+            ("training time (s)", "train_seconds")]
+    lines = ["| | MoE | dense | unigram |", "|---|---|---|---|"]
+    for label, key in rows:
+        unigram = metrics.get(f"unigram_{key}", "")
+        lines.append(f"| {label} | {fmt(metrics.get(f'moe_{key}', ''))} | {fmt(metrics.get(f'dense_{key}', ''))} | "
+                     f"{fmt(unigram)} |")
+    lines.append(f"| active parameters per token | {fmt(metrics.get('moe_active_parameters', ''))} | "
+                 f"{fmt(metrics.get('dense_parameters', ''))} | |")
+    return lines
+
+
+def exact_match(metrics: dict[str, Any]) -> list[str]:
+    lines = ["| reasoning | base | SFT |", "|---|---|---|"]
+    for mode in ("on", "off"):
+        keys = [f"{model}_exact_match_reasoning_{mode}" for model in ("base", "sft")]
+        cells = [f"{fmt(metrics[key])} ± {fmt(metrics[key + '_stderr'])}" for key in keys]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines.append(f"\n{metrics['num_problems']} held-out problems, greedy decoding; "
+                 "samples in stage1_sft/evaluation/samples.json.")
+    return lines
+
+
+def rl_table(metrics: dict[str, Any]) -> list[str]:
+    lines = ["| | SFT | RL |", "|---|---|---|",
+             f"| mean reward | {fmt(metrics['sft_reward'])} | {fmt(metrics['rl_reward'])} |",
+             f"| exact match | {fmt(metrics['sft_exact_match'])} ± {fmt(metrics['sft_exact_match_stderr'])} | "
+             f"{fmt(metrics['rl_exact_match'])} ± {fmt(metrics['rl_exact_match_stderr'])} |"]
+    verdict = "above" if metrics["gain_above_two_stderr"] else "not above"
+    lines.append(f"\nReward gain RL - SFT: {fmt(metrics['reward_gain'])} ± {fmt(metrics['reward_gain_stderr'])} "
+                 f"(paired, {metrics['num_problems']} held-out problems): {verdict} two standard errors.")
+    return lines
+
+
+def plot_reward(metrics_path: str | Path, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in read_metrics(metrics_path) if "reward" in r]
+    if not records:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    steps = [r["step"] for r in records]
+    ax.plot(steps, [r["reward"] for r in records], lw=1, label="mean reward of the sampled groups")
+    ax.plot(steps, [r["correct"] for r in records], lw=1, label="share correct")
+    ax.set_xlabel("GRPO step")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic.output_path(path) as temp:
+        fig.savefig(temp, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def plot_expert_load(metrics_path: str | Path, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in read_metrics(metrics_path) if "expert_load" in r]
+    if not records:
+        return
+    steps = [r["step"] for r in records]
+    layers = len(records[0]["expert_load"])
+    fig, axes = plt.subplots(1, layers + 1, figsize=(4.5 * (layers + 1), 3.4), squeeze=False)
+    for layer, ax in enumerate(axes[0][:layers]):
+        shares = list(zip(*(r["expert_load"][layer] for r in records)))  # per expert, over the steps
+        ax.stackplot(steps, *shares, lw=0.3)
+        ax.set_title(f"MoE layer {layer + 1}: share per expert")
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+    ax = axes[0][layers]
+    ax.plot(steps, [r["aux_loss"] for r in records], lw=1)
+    ax.axhline(1.0, color="gray", ls="--", lw=0.8)
+    ax.set_title("load-balancing loss per layer")
+    ax.set_xlabel("step")
+    fig.tight_layout()
+    with atomic.output_path(path) as temp:
+        fig.savefig(temp, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    return report_main(argv, write_report, "python -m nemotron.recipes.nano3.report FOLDER")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

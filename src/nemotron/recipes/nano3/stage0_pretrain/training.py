@@ -1,0 +1,202 @@
+"""Stage 0, step 2: pretrain the nano3 mixture-of-experts model (or, with --dense, its dense counterpart).
+
+The same next-token prediction on the same windows as nano2's pretraining; what is new is the routing.
+Every MoE layer's router picks `num_experts_per_tok` experts per token (`nemotron.models.nano3`), and
+two mechanisms keep the experts evenly used, both as in Nemotron 3 Nano's Megatron-Bridge recipe:
+
+    loss = cross-entropy + aux_loss_coeff x load-balancing loss     (seq_aux_loss, 1.0 per layer when even)
+    after optimizer.step(): expert bias += bias_update_rate x sign(mean load - load)
+
+The log (`metrics.jsonl`) carries, per step, `aux_loss` (per MoE layer, before the coefficient: 1.0 is
+perfect balance), `expert_load` (per layer, each expert's share of routed slots) and `max_load` (the
+busiest expert's share over the even share, 1.0 = even), so the reader can watch routing settle.
+
+`--dense` trains `nano3.dense_counterpart` instead: every MoE layer becomes one MLP as wide as the experts
+a token visits plus the shared expert, so both models spend about the same parameters per token; the
+recipe gives it the steps that take about as long as the MoE run (`DENSE_STEPS_PER_MOE_STEP`), and the evaluation
+step reports both models' held-out bits per byte and their measured training time side by side.
+
+Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-path`, or stdin). Output: a
+`Nano3PretrainCheckpoint`.
+
+    python -m nemotron.recipes.nano3.stage0_pretrain.training --dataset-path runs/nano3/stage0_pretrain/data_curation
+    python -m nemotron.recipes.nano3.stage0_pretrain.training --dense --dataset-path ...
+    torchrun --nproc_per_node 2 -m nemotron.recipes.nano3.stage0_pretrain.training --dataset-path ...
+
+Supports: resume after a kill (same command, same output folder; bitwise on CPU: the expert bias is a
+model buffer, saved with the weights), DDP under torchrun (the expert loads are averaged over ranks
+before the bias update, so every rank routes alike), `--model-overrides`, `--precision bf16`, WSD or
+cosine schedules. Refuses: `--scale full` (31.6B parameters: no CPU trains it; nano3 writes no
+Megatron-Bridge hand-off yet, nemotron_3_nano_pretrain_8gpu_h100_bf16_config is the recipe to use), and
+everything nano2's pretraining refuses (models that do not fit, token ids beyond the vocabulary, a
+folder of another run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from nemotron.cli import run
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, PretrainDataset
+from nemotron.training.settings import TrainingSettings, parse_overrides
+
+# Optimizer steps and window length per scale. Tiny: ~0.35 s per MoE step on 2 idle cores.
+STEPS = {"tiny": 160, "small": 2000, "medium": 20000, "full": 100000}
+SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
+# The dense counterpart's steps per MoE step for the same CPU time. On an idle 2-core machine a tiny MoE
+# step and a dense one cost the same (8,708 vs 8,795 tokens/s in the recipe run of the README): the
+# expert loop's overhead is small at 8 experts. (Under heavy load the MoE step slowed down more, 1.5-2.1x:
+# benchmarks/bench_nano3.py.) The evaluation reports both runs' actual seconds.
+DENSE_STEPS_PER_MOE_STEP = 1.0
+
+
+@dataclass
+class Config(TrainingSettings):
+    """Pretrain the nano3 MoE model (or its dense counterpart) on bin/idx shards."""
+
+    dataset_path: Path | None = None
+    """A PretrainDataset folder (nano2's stage-0 data curation); default: read it from stdin."""
+    dataset_artifact: str | None = None
+    """Or a tracked reference such as `pretraindataset:latest`."""
+    dense: bool = False
+    """Train the dense counterpart (same active parameters) instead of the MoE model."""
+    steps: int | None = None
+    """Optimizer steps; default per scale (tiny 160; x DENSE_STEPS_PER_MOE_STEP with --dense)."""
+    seq_len: int | None = None
+    """Tokens per training window; default per scale (tiny 256)."""
+    micro_batch_size: int = 8
+    """Windows per forward pass (per process)."""
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """The decay ends at lr x this."""
+    warmup_steps: int | None = None
+    """Linear warmup; default 10% of the steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, on weight matrices only."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    aux_loss_coeff: float | None = None
+    """Weight of the load-balancing loss; default nemotron.models.nano3.AUX_LOSS_COEFF (1e-4, Nano 3's)."""
+    bias_update_rate: float | None = None
+    """Expert-bias step per optimizer step (0 disables); default nano3.BIAS_UPDATE_RATE (1e-3, Megatron's)."""
+    model_overrides: tuple[str, ...] = ()
+    """NemotronHConfig fields as KEY=VALUE (JSON values), e.g. n_routed_experts=16."""
+    schedule: Literal["cosine", "wsd"] = "wsd"
+    """Warmup-stable-decay, as nano2's pretraining (and the Nano 3 run)."""
+    eval_batches: int = 8
+    """Global batches of validation windows per evaluation."""
+    eval_every: int = 40
+    """Validation loss every this many steps (and at the last)."""
+    checkpoint_every: int = 40
+    """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
+    output_dir: Path = Path("runs/nano3/stage0_pretrain/training")
+    """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""
+    seed: int = 0
+    """Seeds the weights and the order of the windows."""
+
+
+def main(config: Config) -> Nano3PretrainCheckpoint:
+    import torch
+    import torch.nn.functional as F
+
+    from nemotron.data_prep.indexed import IndexedReader
+    from nemotron.data_prep.tokenizer import load_tokenizer
+    from nemotron.models import nano3
+    from nemotron.models.loading import ModelLimits, check_fits
+    from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.moe import ExpertBalance
+    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.run import TrainingRun
+    from nemotron.training.windows import pretraining_windows, windows_loss
+
+    # --- inputs; the published shape is refused before anything is read ---
+    if config.hands_off:
+        raise NemotronError(f"--scale {config.scale} --engine megatron-bridge: nano3 writes no Megatron-Bridge run "
+                            "folder yet; use Megatron-Bridge's nemotron_3_nano_pretrain_8gpu_h100_bf16_config directly, "
+                            "or train --scale tiny|small|medium here")
+    dataset = PretrainDataset.load_input(config, "dataset")
+    steps = config.steps or round(STEPS[config.scale] * (DENSE_STEPS_PER_MOE_STEP if config.dense else 1))
+    aux_coeff = nano3.AUX_LOSS_COEFF if config.aux_loss_coeff is None else config.aux_loss_coeff
+    bias_rate = nano3.BIAS_UPDATE_RATE if config.bias_update_rate is None else config.bias_update_rate
+
+    # --- compute init ---
+    run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain-dense" if config.dense else "pretrain-moe")
+    tokenizer = load_tokenizer(dataset.tokenizer_dir)
+
+    # --- model: the MoE model of the scale, or its dense counterpart; checked before it is built ---
+    moe_config = nano3.build_config(config.scale, dataset.vocab_size, **parse_overrides(config.model_overrides))
+    model_config = nano3.dense_counterpart(moe_config) if config.dense else moe_config
+    check_trainable_here(config.scale, nano3.count_parameters(model_config), run.info.world_size)
+    seq_len = config.seq_len or SEQ_LEN[config.scale]
+    largest = max(IndexedReader(prefix).max_token_id() for prefix in dataset.train_prefixes + dataset.valid_prefixes)
+    check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
+               fix="lower --seq-len, or re-run data curation with this model's vocabulary")
+    model = nano3.build_model(model_config, seed=config.seed)
+    forward, ddp, autocast = run.prepare(model)
+    # The routers' load balancing (none in the dense model): the auxiliary loss, the expert bias, the log.
+    balance = ExpertBalance(model, moe_config.num_experts_per_tok, aux_coeff, bias_rate)
+    active = nano3.count_parameters(model) if config.dense else nano3.active_parameters(model_config)
+    if run.is_main:
+        print(f"nano3 {config.scale}{' dense counterpart' if config.dense else ''}: "
+              f"{nano3.count_parameters(model) / 1e6:.2f}M parameters, {active / 1e6:.2f}M active per token, "
+              f"{nano3.describe_pattern(''.join(_symbols(model_config)))}", file=sys.stderr)
+
+    optimizer, scheduler = adamw_with_schedule(model, config, steps)
+    train, valid, valid_ids = pretraining_windows(dataset, seq_len, config.micro_batch_size, config.grad_accum_steps,
+                                                  config.eval_batches, config.seed, run.info.rank, run.info.world_size)
+
+    # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
+    state = run.resume(model, optimizer, scheduler, train, tokenizer)
+    for step in range(state.step + 1, steps + 1):
+        windows = train.next_batch()
+        lr = scheduler.get_last_lr()[0]
+        step_loss = torch.zeros(())
+        for index, micro in enumerate(windows.split(config.micro_batch_size)):
+            last = index == config.grad_accum_steps - 1
+            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast, \
+                    balance.recording() as routings:
+                logits = forward(input_ids=micro[:, :-1].to(run.device), use_cache=False).logits
+                loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(run.device))
+                # + coeff x the load-balancing loss (Switch Transformer; Megatron's seq_aux_loss) of what
+                # the routers chose in this forward pass; its gradient reaches only the router weights.
+                total = (loss + balance.loss(routings, len(micro))) / config.grad_accum_steps
+            total.backward()
+            step_loss += loss.detach().cpu() / config.grad_accum_steps
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        balance.after_step()  # expert bias += rate x sign(mean load - load), same loads on every rank
+
+        validation = None
+        if run.is_due(step, config.eval_every):
+            validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
+        run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
+                   tokens=train.tokens_per_batch, validation=validation, **balance.log())
+        run.checkpoint_if_due(step)
+
+    return run.finish(Nano3PretrainCheckpoint, dense=config.dense, parameters=nano3.count_parameters(model),
+                      active_parameters=active, metrics={
+                          "parameters": nano3.count_parameters(model),
+                          "active_parameters": active,
+                          "epochs": run.state.tokens / max(train.num_tokens, 1),
+                      })
+
+
+def _symbols(model_config) -> list[str]:
+    """The layer pattern of a config built from a list of layer types (the dense counterpart has one)."""
+    names = {"linear_attention": "M", "moe": "E", "full_attention": "*", "mlp": "-"}
+    return [names[kind] for kind in model_config.layers_block_type]
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,139 @@
+"""Stage 1, step 1: conversations with reasoning traces for a task a program can check, plus chat data.
+
+1. setup: the stage-0 checkpoint's tokenizer (it carries the nano3 chat template, stage-0 curation put
+   it there), the problem count per scale.
+2. pipeline:
+   seeded addition problems with worked steps (`nemotron.data_prep.verifiable`) -> split by question into
+   train and held-out (the held-out ones are never trained on: evaluation and RL use them) ->
+   reasoning stripped from `--reasoning-off-share` of the training problems, as Nano 3 strips it from 10%
+   of its SFT samples so the model learns both sides of the on/off switch -> nano2's chat data
+   (chatterbot, no reasoning: `<think></think>` then the answer) -> the nano3 chat template with exact
+   loss masks (`tokenize_nano3_conversation`; reasoning tokens trained or not, `--train-reasoning`) ->
+   a seeded valid slice -> packed Parquet (`nemotron.data_prep.packing`).
+3. finalize: a `Nano3SFTDataset` with the counts.
+
+torch-free (the tokenizer comes from `transformers`, imported when used).
+
+    python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nemotron import atomic
+from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.cli import run
+from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE, tokenize_nano3_conversation
+from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
+from nemotron.data_prep.sources import read_chatterbot
+from nemotron.data_prep.verifiable import addition_problems, split_problems
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset
+
+# Problems at full scale; apply_scale gives tiny 1,000 (there are 8,100 distinct two-digit sums).
+FULL_PROBLEMS = 100_000
+PACK_SIZE = {"tiny": 256, "small": 512, "medium": 1024, "full": 4096}
+
+
+@dataclass
+class Config:
+    """Worked addition problems (reasoning on and off) and chat data, in the nano3 format, packed."""
+
+    checkpoint_path: Path | None = None
+    """The stage-0 MoE Nano3PretrainCheckpoint (its tokenizer); default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `nano3pretraincheckpoint:latest`."""
+    num_problems: int | None = None
+    """Addition problems made, train and held out together; default per scale (tiny 1,000)."""
+    digits: int = 2
+    """Digits per operand."""
+    held_out: float = 0.2
+    """Share of the problems held out (by question) for evaluation and RL."""
+    reasoning_off_share: float = 0.1
+    """Share of the training problems whose reasoning is stripped (Nano 3: 10%), teaching the off switch."""
+    train_reasoning: bool = True
+    """Reasoning tokens are loss targets (False: the model reads them in context but is not trained on them)."""
+    chat_data: bool = False
+    """Add nano2's chat data (chatterbot, ~2,000 conversations). Off by default at tiny, measured: with it,
+    300 SFT steps left held-out exact match at 0.00 (on) / 0.01 (off); without it, 0.16 / 0.04."""
+    valid_share: float = 0.05
+    """Share of the training conversations kept for the validation loss."""
+    pack_size: int | None = None
+    """Tokens per packed row; default per scale (tiny 256)."""
+    output_dir: Path = Path("runs/nano3/stage1_sft/data_curation")
+    """Where the tokenizer, packed Parquet and problem files are written."""
+    scale: str = "tiny"
+    """tiny | small | medium | full: sizes the number of problems and the pack size."""
+    seed: int = 0
+    """Seeds the problems, the split, which problems lose their reasoning, and the packing."""
+
+
+def main(config: Config) -> Nano3SFTDataset:
+    from nemotron.data_prep.tokenizer import load_tokenizer
+
+    # --- setup ---
+    base = Nano3PretrainCheckpoint.load_input(config, "checkpoint")
+    if base.dense:
+        raise NemotronError(f"{base.path} is the dense counterpart; stage 1 fine-tunes the MoE model: pass "
+                            "runs/.../stage0_pretrain/training, not training_dense")
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(base.model_dir)
+    if tokenizer.chat_template != NANO3_CHAT_TEMPLATE:
+        raise NemotronError(f"{base.model_dir}: the tokenizer does not carry the nano3 chat template; re-run stage-0 "
+                            "data curation with --chat-template nano3 (the nano3 recipe does)")
+    pack_size = config.pack_size or PACK_SIZE[config.scale]
+    num_problems = config.num_problems or apply_scale(FULL_PROBLEMS, config.scale)
+    if not 0 <= config.reasoning_off_share <= 1 or not 0 < config.valid_share < 1:
+        raise NemotronError("--reasoning-off-share must be in [0, 1] and --valid-share in (0, 1)")
+
+    # --- pipeline: problems -> split -> reasoning on/off -> chat data -> template + masks -> pack ---
+    train, test = split_problems(addition_problems(num_problems, config.seed, config.digits), config.held_out,
+                                 config.seed)
+    rng = random.Random(config.seed)
+    reasoning_off = set(rng.sample(range(len(train)), round(len(train) * config.reasoning_off_share)))
+    conversations = [p.messages(with_reasoning=i not in reasoning_off) for i, p in enumerate(train)]
+    chats = 0
+    if config.chat_data:
+        chatterbot, _ = read_chatterbot()
+        conversations += [c["messages"] for c in chatterbot]
+        chats = len(chatterbot)
+    tokenized = [tokenize_nano3_conversation(tokenizer, messages, config.train_reasoning) for messages in conversations]
+    order = list(range(len(tokenized)))
+    rng.shuffle(order)
+    cut = max(1, round(len(order) * config.valid_share))
+    valid, kept = [tokenized[i] for i in order[:cut]], [tokenized[i] for i in order[cut:]]
+
+    out = mark_unfinished(config.output_dir)
+    packing = PackingConfig(pack_size=pack_size, seed=config.seed)
+    train_stats = pack_to_parquet(kept, out / "train.parquet", packing, show_progress=False)
+    valid_stats = pack_to_parquet(valid, out / "valid.parquet", packing, show_progress=False)
+    for name, problems in (("train", train), ("test", test)):
+        lines = "".join(json.dumps({"question": p.question, "answer": p.answer, "a": p.a, "b": p.b}) + "\n"
+                        for p in problems)
+        atomic.write_text(out / f"problems_{name}.jsonl", lines)
+    tokenizer.save_pretrained(out / "tokenizer")
+
+    # --- finalize ---
+    print(f"data_curation: {len(train)} train problems ({len(reasoning_off)} without reasoning), {len(test)} held "
+          f"out, {chats} chats; {train_stats.rows} packed rows", file=sys.stderr)
+    metrics = {"train_problems": len(train), "reasoning_off_problems": len(reasoning_off), "test_problems": len(test),
+               "chat_conversations": chats, "valid_conversations": len(valid), "valid_rows": valid_stats.rows,
+               **{f"train_{k}": v for k, v in train_stats.as_metrics().items()},
+               "wall_seconds": time.perf_counter() - started}
+    return Nano3SFTDataset(
+        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[base],
+        tokenizer_dir=out / "tokenizer", train_packed=out / "train.parquet", valid_packed=out / "valid.parquet",
+        train_problems=out / "problems_train.jsonl", test_problems=out / "problems_test.jsonl", pack_size=pack_size,
+        num_train_conversations=len(kept), num_test_problems=len(test), train_reasoning=config.train_reasoning,
+        metrics=metrics,
+    ).save()
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,115 @@
+"""Stage 1, step 3: exact match on held-out problems, base vs SFT, with reasoning on and with it off.
+
+Each held-out question (never trained on: curation split the problems by question) is put to a model
+through the nano3 generation prompt, greedy, in both modes of the switch:
+- reasoning on: the prompt ends `<|im_start|>assistant\\n<think>\\n`; the model should write its worked
+  steps, close `</think>` and give the sum;
+- reasoning off: the prompt ends `<think></think>`; the model should answer at once.
+A completion scores 1 when the single integer after `</think>` is the sum (`verifiable.final_answer`),
+the same checker RL rewards. Reported with the standard error sqrt(p(1-p)/n), so a difference can be
+read against the noise.
+
+Inputs: a `Nano3SFTCheckpoint` (`--checkpoint-path`, or stdin); its dataset and base model are found
+through the recorded lineage. Output: a `Nano3SFTResults` (samples.json holds every completion).
+
+    python -m nemotron.recipes.nano3.stage1_sft.evaluation --checkpoint-path runs/nano3/stage1_sft/training
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nemotron import atomic
+from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.upstream import load_upstream
+from nemotron.cli import run
+from nemotron.data_prep.verifiable import final_answer
+from nemotron.recipes.nano3.artifacts import (
+    Nano3PretrainCheckpoint,
+    Nano3SFTCheckpoint,
+    Nano3SFTDataset,
+    Nano3SFTResults,
+)
+
+FULL_PROBLEMS = 10_000  # held-out problems scored at full scale; apply_scale gives tiny 100
+MAX_NEW_TOKENS = {"on": 112, "off": 8}  # a worked sum with its answer: 60-100 tokens; an answer alone: 1-3
+
+
+@dataclass
+class Config:
+    """Held-out exact match, base vs SFT, reasoning on and off."""
+
+    checkpoint_path: Path | None = None
+    """The Nano3SFTCheckpoint folder; default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
+    max_problems: int | None = None
+    """Held-out problems to score; default per scale (tiny 100)."""
+    max_new_tokens: int | None = None
+    """Tokens generated per answer; default 112 with reasoning on (a worked sum is 60-100 tokens), 8 off."""
+    batch_size: int = 16
+    """Prompts per generate call."""
+    num_threads: int | None = None
+    """torch threads; default: the cores this process may use."""
+    output_dir: Path = Path("runs/nano3/stage1_sft/evaluation")
+    """Where the results and samples.json are written."""
+    scale: str = "tiny"
+    """tiny | small | medium | full: sizes how many problems are scored."""
+    seed: int = 0
+    """Unused (greedy decoding is deterministic); recorded for lineage."""
+
+
+def main(config: Config) -> Nano3SFTResults:
+    from nemotron.data_prep.nano3_chat import tokenize_nano3_prompt
+    from nemotron.data_prep.tokenizer import IM_END_ID
+    from nemotron.evaluation.generation import greedy_samples
+    from nemotron.models.loading import load_model
+    from nemotron.training.compute import evaluation_threads
+
+    # --- inputs: the SFT model, its dataset (the held-out problems) and its base ---
+    sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
+    started = time.perf_counter()
+    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
+    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[sft],
+                            stdin=piped, flag="--dataset-path")
+    base = load_upstream(Nano3PretrainCheckpoint, path=None, reference=None, scale=config.scale, made_from=[sft],
+                         stdin=False, flag="--checkpoint-path")
+    problems = [json.loads(line) for line in dataset.test_problems.read_text().splitlines()]
+    problems = problems[: config.max_problems or apply_scale(FULL_PROBLEMS, config.scale)]
+
+    # --- generate, both models, both modes ---
+    scores, samples = {}, []
+    with evaluation_threads(config.num_threads):
+        for name, checkpoint in (("base", base), ("sft", sft)):
+            model, tokenizer = load_model(checkpoint.model_dir)
+            for mode, thinking in (("on", True), ("off", False)):
+                messages = [[{"role": "user", "content": p["question"]}] for p in problems]
+                prompts = [tokenize_nano3_prompt(tokenizer, m, enable_thinking=thinking) for m in messages]
+                limit = config.max_new_tokens or MAX_NEW_TOKENS[mode]
+                completions = greedy_samples(model, tokenizer, prompts, limit, [IM_END_ID],
+                                             batch_size=config.batch_size)
+                # With reasoning off the prompt already closed the thoughts: the completion is the answer.
+                answers = [final_answer(c if thinking else "</think>" + c) for c in completions]
+                correct = [given == p["answer"] for given, p in zip(answers, problems)]
+                scores[f"{name}_exact_match_reasoning_{mode}"] = sum(correct) / len(correct)
+                samples += [{"model": name, "reasoning": mode, "question": p["question"], "answer": p["answer"],
+                             "completion": c, "correct": ok} for p, c, ok in zip(problems[:5], completions, correct)]
+
+    # --- save ---
+    out = mark_unfinished(config.output_dir)
+    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    n = len(problems)
+    errors = {f"{key}_stderr": math.sqrt(value * (1 - value) / n) for key, value in scores.items()}
+    return Nano3SFTResults(
+        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[sft, dataset, base],
+        samples_path=out / "samples.json", num_problems=n, **scores,
+        metrics={**scores, **errors, "num_problems": n, "wall_seconds": time.perf_counter() - started},
+    ).save()
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,195 @@
+"""Stage 2, step 1: reinforcement learning from verifiable rewards with GRPO, from the SFT model.
+
+Nemotron 3 Nano's RL stage (NeMo-RL's GRPO) on a task a program can check. Each step, visibly below:
+1. generation: `--completions-per-step` / `--group-size` training questions (a seeded, resumable order),
+   each sampled `--group-size` times from the current policy with reasoning on (temperature 1);
+2. reward: the checker scores every completion (`--reward-function`, default
+   `nemotron.data_prep.verifiable:reward`: 1 for the right sum after `</think>`, +0.1 if well formed);
+3. advantages: each reward against its own group's mean and std (`nemotron.training.grpo`);
+4. log-probs: of the sampled tokens under the policy before the update ("old"), and under the frozen
+   SFT model when `--kl-beta` > 0 (the reference);
+5. update: the clipped per-token surrogate (+ beta x KL, + the MoE balancing loss), backward, clip, AdamW.
+
+Input: a `Nano3SFTCheckpoint` (`--checkpoint-path`, or stdin); the problems come from its dataset
+(recorded lineage). Output: a `Nano3RLCheckpoint`; the log has per step the mean reward, the share
+correct, the KL, the clipped share and the generation / update seconds.
+
+    python -m nemotron.recipes.nano3.stage2_rl.training --checkpoint-path runs/nano3/stage1_sft/training
+
+Supports: resume after a kill (sampling is seeded per step, so a resumed run samples what the
+uninterrupted one did), DDP under torchrun (each rank samples its share of the prompts), `--kl-beta`.
+Refuses, in one line each: a batch that is not whole groups (`--completions-per-step` not a multiple of
+`--group-size`, or groups that do not split over the processes), a reward function that cannot be
+imported or that raises or returns a non-number, a checkpoint that is not a nano3 SFT model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nemotron.artifact.upstream import load_upstream
+from nemotron.cli import run
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3SFTCheckpoint, Nano3SFTDataset
+from nemotron.training.settings import TrainingSettings
+
+# Optimizer steps per scale. Tiny: 20 steps of 4 questions x 4 samples (an estimate for the recipe's
+# 5-minute budget: generation dominates a GRPO step, see benchmarks/bench_grpo_step.py).
+STEPS = {"tiny": 20, "small": 300, "medium": 1000, "full": 5000}
+
+
+@dataclass
+class Config(TrainingSettings):
+    """GRPO on the verifiable addition task, starting from the nano3 SFT model."""
+
+    checkpoint_path: Path | None = None
+    """The Nano3SFTCheckpoint to start from; default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
+    steps: int | None = None
+    """Optimizer steps; default per scale (tiny 20)."""
+    completions_per_step: int = 16
+    """Completions sampled per step, all processes together: whole groups (a multiple of --group-size)."""
+    group_size: int = 4
+    """Completions sampled per question; advantages are normalised within each group."""
+    max_new_tokens: int = 96
+    """Tokens sampled per completion (a worked two-digit sum with its answer is 60-100 tokens)."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    lr: float = 2e-5
+    """Learning rate (constant: --min-lr-ratio 1.0). Measured at tiny from the SFT model: 2e-4 lowered
+    held-out reward 0.25 -> 0.13, 1e-4 -> 0.17, 5e-5 -> 0.24, 2e-5 -> 0.23 (no setting raised it)."""
+    min_lr_ratio: float = 1.0
+    """The decay ends at lr x this (1.0: no decay)."""
+    warmup_steps: int | None = 0
+    """Linear warmup steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    clip_eps: float = 0.2
+    """PPO clip range of the probability ratio."""
+    kl_beta: float = 0.0
+    """Weight of the KL to the SFT model (0: no reference model is kept)."""
+    reward_function: str = "nemotron.data_prep.verifiable:reward"
+    """module:function(completion, answer) -> float."""
+    eval_every: int = 10
+    """Unused by this step (the held-out numbers are stage-2 evaluation's); kept for the shared settings."""
+    checkpoint_every: int = 10
+    """Checkpoint every this many steps (and at the last)."""
+    output_dir: Path = Path("runs/nano3/stage2_rl/training")
+    """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""
+    seed: int = 0
+    """Seeds the order of the questions and every step's sampling."""
+
+
+def main(config: Config) -> Nano3RLCheckpoint:
+    import json
+    import math
+
+    import torch
+
+    from nemotron.data_prep.nano3_chat import tokenize_nano3_prompt
+    from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer
+    from nemotron.data_prep.verifiable import score
+    from nemotron.models import nano3
+    from nemotron.models.loading import load_model
+    from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
+    from nemotron.training.moe import ExpertBalance
+    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.run import TrainingRun
+    from nemotron.training.samplers import EpochSampler
+
+    # --- inputs and refusals, before any work ---
+    if config.hands_off:
+        raise NemotronError("--scale full: RL at scale is NeMo-RL's GRPO (not installable here); "
+                            "use --scale tiny|small")
+    reward_fn = import_reward(config.reward_function)
+    score(reward_fn, ["a probe\n</think>\n0"], ["0"])  # a function that cannot score text fails here, not mid-run
+    check_group_size(config.completions_per_step, config.group_size, flag="--completions-per-step")
+    sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
+    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[sft],
+                            stdin=False, flag="--checkpoint-path")
+    steps = config.steps or STEPS[config.scale]
+    run = TrainingRun(config, inputs=[sft, dataset], steps=steps, name="grpo")
+    world_size = run.info.world_size
+    prompts_per_step = config.completions_per_step // config.group_size
+    if prompts_per_step % world_size:
+        raise NemotronError(f"--completions-per-step {config.completions_per_step} makes {prompts_per_step} groups, "
+                            f"which do not split over {world_size} processes; use a multiple of {world_size} groups")
+    problems = [json.loads(line) for line in dataset.train_problems.read_text().splitlines()]
+    tokenizer = load_tokenizer(sft.model_dir)
+
+    # --- the policy (trained), the reference (frozen SFT model, only with a KL term) ---
+    policy = run.load_model(sft.model_dir)
+    forward, ddp, autocast = run.prepare(policy)
+    reference = load_model(sft.model_dir)[0] if config.kl_beta else None
+    # The balancing loss stays on; the expert bias is frozen (the policy should not re-route during RL).
+    balance = ExpertBalance(policy, policy.config.num_experts_per_tok, nano3.AUX_LOSS_COEFF, 0.0)
+    optimizer, scheduler = adamw_with_schedule(policy, config, steps)
+    questions = EpochSampler(problems, prompts_per_step // world_size, 1, config.seed, run.info.rank, world_size)
+
+    # --- training loop ---
+    state = run.resume(policy, optimizer, scheduler, questions, tokenizer)
+    for step in range(state.step + 1, steps + 1):
+        # 1. generation: a group of completions per question, sampled with a per-step seed
+        started = time.perf_counter()
+        batch = questions.next_step()[0]
+        prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in batch]
+        completions = sample_groups(policy, prompts, config.group_size, config.max_new_tokens, config.temperature,
+                                    IM_END_ID, tokenizer.pad_token_id, seed=config.seed * 1_000_003 + step * 101 +
+                                    run.info.rank)
+        generation_seconds = time.perf_counter() - started
+        # 2. reward from the checker; 3. advantages within each group
+        texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in completions]
+        answers = [p["answer"] for p in batch for _ in range(config.group_size)]
+        rewards = torch.tensor(score(reward_fn, texts, answers))
+        advantages = group_advantages(rewards, config.group_size)
+        # 4. log-probs of the sampled tokens: old policy (before this update) and reference
+        repeated = [p for p in prompts for _ in range(config.group_size)]
+        with torch.no_grad():
+            old, mask = sampled_logprobs(policy, repeated, completions)
+            ref = sampled_logprobs(reference, repeated, completions)[0] if reference is not None else None
+        # 5. update: clipped surrogate (+ KL, + the experts' balancing loss)
+        with autocast, balance.recording() as routings:
+            logprobs, _ = sampled_logprobs(forward, repeated, completions)
+            parts = policy_loss(logprobs, old, advantages, mask, config.clip_eps, ref, config.kl_beta)
+            total = parts.loss + balance.loss(routings, len(repeated))
+        total.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip or math.inf)
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        balance.after_step()
+
+        correct = (rewards >= 1.0).float().mean()
+        run.record(step, loss=all_reduce_mean(parts.loss.detach()).item(), lr=lr, grad_norm=grad_norm.item(),
+                   tokens=int(mask.sum().item()) * world_size, reward=all_reduce_mean(rewards.mean()).item(),
+                   correct=all_reduce_mean(correct).item(), kl=parts.kl, clipped=parts.clipped,
+                   generation_seconds=generation_seconds, update_seconds=time.perf_counter() - started -
+                   generation_seconds, **balance.log())
+        run.checkpoint_if_due(step)
+
+    return run.finish(Nano3RLCheckpoint, metrics={"group_size": config.group_size})
+
+
+def import_reward(spec: str):
+    """`module:function` -> the function; anything else is one line naming the flag."""
+    module_name, _, name = spec.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise NemotronError(f"--reward-function {spec!r} cannot be imported ({type(error).__name__}: {error}); "
+                            "give module:function, e.g. nemotron.data_prep.verifiable:reward") from None
+    if not callable(function):
+        raise NemotronError(f"--reward-function {spec!r} is not a function")
+    return function
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,74 @@
+"""Load balancing in a training loop: what every step that trains a mixture-of-experts model adds.
+
+    balance = ExpertBalance(model, top_k, aux_loss_coeff, bias_update_rate)
+    for step ...:
+        for micro-batch ...:
+            with balance.recording() as routings:
+                logits = forward(...)
+            loss = task_loss + balance.loss(routings, num_sequences)      # the auxiliary term
+            loss.backward()
+        optimizer.step()
+        balance.after_step()            # loads averaged over ranks; expert bias update
+        run.record(..., **balance.log())  # aux_loss, max_load, expert_load (per layer and expert)
+
+The maths lives in `nemotron.models.nano3` (routing recorder, seq_aux_loss, bias update); this object
+only accumulates it over the micro-batches of a step and logs it, so the step file shows the loss it
+adds and nothing else. For a model without MoE layers everything is a no-op (and `log()` is empty).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nemotron.models import nano3
+from nemotron.training.compute import all_reduce_mean
+
+
+class ExpertBalance:
+    def __init__(self, model: nn.Module, top_k: int, aux_loss_coeff: float, bias_update_rate: float) -> None:
+        self.recorder = nano3.RoutingRecorder(model)
+        self.layers = len(self.recorder.routers)
+        self.experts = self.recorder.routers[0].num_experts if self.layers else 0
+        self.top_k, self.coeff, self.rate = top_k, aux_loss_coeff, bias_update_rate
+        self._reset()
+
+    def _reset(self) -> None:
+        self.loads = torch.zeros(self.layers, self.experts)
+        self.aux = torch.zeros(())
+        self.passes = 0
+
+    def recording(self):
+        """Context manager: the routers' choices during the forward passes inside it."""
+        return self.recorder.recording()
+
+    def loss(self, routings: list[nano3.Routing], num_sequences: int) -> torch.Tensor:
+        """aux_loss_coeff x the load-balancing loss of one forward pass (0 without MoE layers); also
+        accumulates the pass's expert loads for the log and the bias update."""
+        if not routings:
+            return torch.zeros(())
+        aux = nano3.load_balancing_loss(routings, num_sequences, self.top_k)
+        self.aux += aux.detach().cpu() / self.layers
+        self.loads += nano3.expert_loads(routings, self.layers).cpu()
+        self.passes += 1
+        return self.coeff * aux
+
+    def after_step(self) -> None:
+        """After optimizer.step(): average this step's loads over passes and ranks, move the expert bias."""
+        if self.layers:
+            self.loads = all_reduce_mean(self.loads / max(self.passes, 1))
+            self.aux = all_reduce_mean(self.aux / max(self.passes, 1))
+            if self.rate:
+                nano3.update_expert_bias(self.recorder, self.loads, self.rate)
+
+    def log(self) -> dict:
+        """This step's routing numbers for `run.record`, then reset for the next step."""
+        if not self.layers:
+            return {}
+        numbers = {
+            "aux_loss": self.aux.item(),  # per MoE layer, before the coefficient: 1.0 is perfectly even
+            "max_load": (self.loads.max(-1).values * self.experts).mean().item(),  # busiest / even share
+            "expert_load": [[round(share, 5) for share in layer] for layer in self.loads.tolist()],
+        }
+        self._reset()
+        return numbers

@@ -1,0 +1,282 @@
+"""nano3 stages 0 and 1. Stage 0: the MoE training step logs routing and resumes bit-identically, its dense
+counterpart has the same active parameters, the evaluation compares both with a unigram baseline, wrong
+inputs are one line. Stage 1: curation's problem split and masks, SFT of the MoE model, exact match with
+reasoning on and off. And (slow) the whole recipe end to end with its report card.
+
+Everything runs on a real PretrainDataset made once by nano2's stage-0 data curation over two plays with
+the nano3 chat template, with short runs (`FEW`: 8 steps of 4 x 64 tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE
+from nemotron.data_prep.sources import read_shakespeare
+from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.errors import NemotronError
+from nemotron.recipes.nano2.stage0_pretrain import data_curation
+from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint
+from nemotron.recipes.nano3.stage0_pretrain import evaluation, training
+from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
+from nemotron.recipes.nano3.stage1_sft import evaluation as sft_evaluation
+from nemotron.recipes.nano3.stage1_sft import training as sft_training
+from nemotron.recipes.nano3.stage2_rl import evaluation as rl_evaluation
+from nemotron.recipes.nano3.stage2_rl import training as rl_training
+from nemotron.training.metrics import read_metrics
+
+FEW = {"steps": 8, "seq_len": 64, "micro_batch_size": 4, "checkpoint_every": 2, "eval_every": 4, "eval_batches": 1,
+       "keep_last": 10}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("blend")
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
+    return data_curation.main(data_curation.Config(
+        blend_path=folder / "blend.json", vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
+        output_dir=tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="module")
+def moe(dataset, tmp_path_factory):
+    return training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path_factory.mktemp("moe"), **FEW))
+
+
+@pytest.fixture(scope="module")
+def dense(dataset, tmp_path_factory):
+    return training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path_factory.mktemp("dense"),
+                                         dense=True, **FEW))
+
+
+def test_data_curation_saves_the_nano3_chat_template_with_the_tokenizer(dataset):
+    assert load_tokenizer(dataset.tokenizer_dir).chat_template == NANO3_CHAT_TEMPLATE
+
+
+def test_moe_training_logs_expert_load_and_the_balancing_loss(moe):
+    records = read_metrics(moe.metrics_path)
+    assert [r["step"] for r in records] == list(range(1, 9))
+    for record in records:
+        loads = torch.tensor(record["expert_load"])
+        assert loads.shape == (2, 8) and torch.allclose(loads.sum(-1), torch.ones(2), atol=1e-3)
+        assert record["aux_loss"] >= 0.99  # 1.0 is perfectly even; it can only be above
+        assert record["max_load"] >= 1.0
+    assert not moe.dense and moe.active_parameters < moe.parameters
+    # the expert bias moved (auxiliary-loss-free balancing) and was saved with the weights
+    weights = load_file(moe.model_dir / "model.safetensors")
+    biases = [name for name in weights if name.endswith("e_score_correction_bias")]
+    assert len(biases) == 2 and all(weights[name].abs().sum() > 0 for name in biases)
+
+
+def test_dense_counterpart_has_the_active_parameters_and_no_routing(moe, dense):
+    assert dense.dense and dense.parameters == dense.active_parameters
+    routers = 2 * 8 * 128  # two MoE layers of 8 experts x hidden 128
+    assert dense.parameters == moe.active_parameters - routers
+    assert "expert_load" not in read_metrics(dense.metrics_path)[-1]
+
+
+def test_resume_after_a_kill_ends_with_the_uninterrupted_weights(dataset, moe, tmp_path):
+    # What a kill after step 4 leaves: checkpoints up to step 4, no model folder, no artifact.
+    folder = tmp_path / "resumed"
+    shutil.copytree(moe.path, folder)
+    (folder / "metadata.json").unlink()
+    shutil.rmtree(folder / "model")
+    for checkpoint in (folder / "checkpoints").iterdir():
+        if int(checkpoint.name.split("_")[-1]) > 4:
+            shutil.rmtree(checkpoint)
+    resumed = training.main(training.Config(dataset_path=dataset.path, output_dir=folder, **FEW))
+    assert resumed.metrics["resumed_from_step"] == 4
+    first, second = load_file(moe.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    assert read_metrics(resumed.metrics_path) == read_metrics(moe.metrics_path)
+
+
+def test_evaluation_puts_moe_dense_and_unigram_side_by_side(dataset, moe, dense, tmp_path):
+    results = evaluation.main(evaluation.Config(checkpoint_path=moe.path, dense_checkpoint_path=dense.path,
+                                                max_tokens=2000, output_dir=tmp_path / "eval"))
+    for value in (results.moe_bits_per_byte, results.dense_bits_per_byte, results.unigram_bits_per_byte):
+        assert 0 < value < 10
+    assert results.moe_train_seconds > 0 and results.dense_train_seconds > 0
+    assert results.metrics["moe_active_parameters"] == moe.active_parameters
+    with pytest.raises(NemotronError, match="pass the MoE checkpoint as --checkpoint-path"):
+        evaluation.main(evaluation.Config(checkpoint_path=dense.path, dense_checkpoint_path=moe.path,
+                                          output_dir=tmp_path / "swapped"))
+
+
+def test_a_checkpoint_of_the_wrong_family_is_one_clear_error(tmp_path):
+    from builders import make_pretrain_checkpoint
+
+    nano2 = make_pretrain_checkpoint(tmp_path / "nano2")
+    with pytest.raises(NemotronError, match="pretraincheckpoint") as error:
+        Nano3PretrainCheckpoint.load(path=nano2.path, scale="tiny")
+    assert "\n" not in str(error.value)
+
+
+def test_full_scale_is_refused_with_the_recipe_to_use_instead(dataset, tmp_path):
+    with pytest.raises(NemotronError, match="nemotron_3_nano_pretrain_8gpu_h100_bf16_config"):
+        training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "full", scale="full"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stage 1
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sft_data(moe, tmp_path_factory):
+    return sft_curation.main(sft_curation.Config(checkpoint_path=moe.path, num_problems=100, chat_data=False,
+                                                 output_dir=tmp_path_factory.mktemp("sft_data")))
+
+
+def test_sft_curation_holds_problems_out_by_question_and_strips_reasoning_from_a_tenth(sft_data, moe, tmp_path):
+    from nemotron.data_prep.packing import read_packed
+
+    train = [json.loads(line) for line in sft_data.train_problems.read_text().splitlines()]
+    test = [json.loads(line) for line in sft_data.test_problems.read_text().splitlines()]
+    assert len(train) == 80 and len(test) == 20 and not {p["question"] for p in train} & {p["question"] for p in test}
+    assert sft_data.metrics["reasoning_off_problems"] == 8
+    tokenizer = load_tokenizer(sft_data.tokenizer_dir)
+    rows = read_packed(sft_data.train_packed) + read_packed(sft_data.valid_packed)
+    trained = "".join(tokenizer.decode(row.input_ids[1:][row.loss_mask[:-1] == 1]) for row in rows)
+    assert trained.count("<|im_end|>") == 80 and trained.count("</think>") == 72  # 8 answers without reasoning
+    # reasoning tokens out of the loss: the same rows, fewer targets, and no worked steps among them
+    without = sft_curation.main(sft_curation.Config(checkpoint_path=moe.path, num_problems=100, chat_data=False,
+                                                    train_reasoning=False, output_dir=tmp_path / "no_reasoning"))
+    rows = read_packed(without.train_packed) + read_packed(without.valid_packed)
+    trained = "".join(tokenizer.decode(row.input_ids[1:][row.loss_mask[:-1] == 1]) for row in rows)
+    assert trained.count("<|im_end|>") == 80 and "</think>" not in trained and "carry" not in trained
+
+
+@pytest.fixture(scope="module")
+def sft(sft_data, tmp_path_factory):
+    return sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=2, micro_batch_size=2,
+                                                 eval_every=2, checkpoint_every=2,
+                                                 output_dir=tmp_path_factory.mktemp("sft")))
+
+
+def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, sft, dense, tmp_path):
+    assert "expert_load" in read_metrics(sft.metrics_path)[-1] and sft.validation_loss > 0
+    results = sft_evaluation.main(sft_evaluation.Config(checkpoint_path=sft.path, max_problems=3, max_new_tokens=12,
+                                                        output_dir=tmp_path / "eval"))
+    assert results.num_problems == 3
+    for key in ("base_exact_match_reasoning_on", "sft_exact_match_reasoning_off"):
+        assert 0.0 <= getattr(results, key) <= 1.0 and f"{key}_stderr" in results.metrics
+    samples = json.loads(results.samples_path.read_text())
+    assert {(s["model"], s["reasoning"]) for s in samples} == {(m, r) for m in ("base", "sft") for r in ("on", "off")}
+    with pytest.raises(NemotronError, match="dense counterpart"):
+        sft_training.main(sft_training.Config(dataset_path=sft_data.path, checkpoint_path=dense.path, steps=1,
+                                              output_dir=tmp_path / "wrong"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stage 2
+# ---------------------------------------------------------------------------------------------------
+
+RL = {"steps": 2, "completions_per_step": 4, "group_size": 2, "max_new_tokens": 6, "checkpoint_every": 1,
+      "keep_last": 5}
+
+
+def raising_reward(completion: str, answer: str) -> float:
+    """A reward function with a bug, for the refusal test (importable as test_nano3_stages:raising_reward)."""
+    raise KeyError("score")
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"completions_per_step": 6, "group_size": 4}, "a batch of 6 completions is not whole groups of --group-size 4"),
+    ({"reward_function": "test_nano3_stages:raising_reward"}, "reward function raising_reward raised KeyError"),
+    ({"reward_function": "no_such_module:reward"}, "--reward-function 'no_such_module:reward' cannot be imported"),
+])
+def test_rl_bad_input_is_one_line_before_any_work(sft, tmp_path, changes, fragment):
+    config = rl_training.Config(checkpoint_path=sft.path, output_dir=tmp_path / "rl", **{**RL, **changes})
+    with pytest.raises(NemotronError, match=fragment) as error:
+        rl_training.main(config)
+    assert "\n" not in str(error.value) and not (tmp_path / "rl").exists()
+
+
+def test_rl_refuses_a_checkpoint_of_another_stage(moe, tmp_path):
+    with pytest.raises(NemotronError, match="nano3sftcheckpoint"):
+        rl_training.main(rl_training.Config(checkpoint_path=moe.path, output_dir=tmp_path / "rl", **RL))
+
+
+def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path):
+    policy = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=tmp_path / "rl", kl_beta=0.05,
+                                                 **RL))
+    records = read_metrics(policy.metrics_path)
+    assert [r["step"] for r in records] == [1, 2]
+    for key in ("reward", "correct", "kl", "clipped", "generation_seconds", "update_seconds", "expert_load"):
+        assert key in records[-1]
+    # a kill after step 1: its checkpoint, no model, no artifact; the resumed run samples and ends alike
+    folder = tmp_path / "resumed"
+    shutil.copytree(policy.path, folder)
+    (folder / "metadata.json").unlink()
+    shutil.rmtree(folder / "model")
+    shutil.rmtree(folder / "checkpoints" / "step_000002")
+    resumed = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=folder, kl_beta=0.05, **RL))
+    first, second = load_file(policy.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_seconds")} for r in rows]  # noqa: E731
+    assert strip(read_metrics(resumed.metrics_path)) == strip(records)
+    results = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
+                                                      output_dir=tmp_path / "eval"))
+    assert results.num_problems == 2 and "reward_gain_stderr" in results.metrics
+
+
+@pytest.mark.slow
+def test_grpo_under_torchrun_samples_a_share_per_rank_and_saves_one_artifact(sft, tmp_path):
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+               "nemotron.recipes.nano3.stage2_rl.training", "--checkpoint-path", str(sft.path), "--output-dir", str(out),
+               *(f"--{k.replace('_', '-')}={v}" for k, v in RL.items())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = json.loads(done.stdout)  # one artifact JSON on stdout, from rank 0
+    assert made["nano3rlcheckpoint"]["metrics"]["world_size"] == 2
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
+    """`python -m nemotron.recipes.nano3` end to end (shortened runs), then a re-run skips every step."""
+    flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs"),
+             "--stage0.training.steps", "4", "--stage0.training.seq-len", "64",
+             "--stage0.dense-training.steps", "6", "--stage0.dense-training.seq-len", "64",
+             "--stage0.evaluation.max-tokens", "2000",
+             "--stage1.data-curation.num-problems", "60", "--stage1.data-curation.no-chat-data",
+             "--stage1.training.steps", "2", "--stage1.evaluation.max-problems", "2",
+             "--stage1.evaluation.max-new-tokens", "8",
+             "--stage2.training.steps", "1", "--stage2.training.completions-per-step", "4",
+             "--stage2.training.group-size", "2", "--stage2.training.max-new-tokens", "6",
+             "--stage2.evaluation.max-problems", "2", "--stage2.evaluation.max-new-tokens", "6"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
+                          env=env, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = json.loads(done.stdout)
+    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults", "nano3sftresults",
+                         "nano3rlresults"}
+    report = tmp_path / "runs" / "report"
+    text = (report / "report.md").read_text()
+    assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
+    again = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
+                           env=env, timeout=600)
+    assert again.returncode == 0 and "9 skipped" in again.stderr, again.stderr[-1000:]
+    assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
