@@ -64,9 +64,10 @@ class Config(TrainingSettings):
     """Sampling temperature."""
     lr: float = 2e-5
     """Learning rate (constant: --min-lr-ratio 1.0). Measured at tiny from the SFT model, held-out reward
-    on 200 sums from 0.160: 2e-5 -> 0.165 (+0.005 ± 0.009); groups of 16 (32 completions a step): 1e-5
-    -> 0.160, 1e-4 x 40 steps -> 0.140, 1e-4 at T 0.7 -> 0.110, 5e-4 -> 0.110, 1e-3 with Adam's eps raised to
-    1e-3 (a trial edit) -> 0.105. Any rate that moves the policy lowers it; an earlier SFT model: 2e-4 0.25 -> 0.13."""
+    on 200 sums from 0.160: 2e-5 -> 0.165 (+0.005 ± 0.009); groups of 16 (32 completions a step):
+    1e-5 -> 0.160, 3e-5 x 60 steps -> 0.140, 1e-4 x 40 steps -> 0.140, 1e-4 at T 0.7 -> 0.110,
+    5e-4 -> 0.110, 1e-3 with Adam's eps raised to 1e-3 (a trial edit) -> 0.105. Any rate that moves
+    the policy lowers it; from an earlier SFT model, 2e-4 took 0.25 -> 0.13."""
     min_lr_ratio: float = 1.0
     """The decay ends at lr x this (1.0: no decay)."""
     warmup_steps: int | None = 0
