@@ -36,8 +36,10 @@ from nemotron.data_prep.verifiable import addition_problems, split_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset
 
-# Problems at full scale; apply_scale gives tiny 1,000 (there are 8,100 distinct two-digit sums).
+# Problems at full scale; apply_scale gives tiny 1,000, small 10,000. Operand digits per scale: there are
+# only 8,100 distinct two-digit sums, so the larger scales (which ask for more problems) use longer ones.
 FULL_PROBLEMS = 100_000
+DIGITS = {"tiny": 2, "small": 3, "medium": 3, "full": 4}
 PACK_SIZE = {"tiny": 256, "small": 512, "medium": 1024, "full": 4096}
 
 
@@ -51,8 +53,8 @@ class Config:
     """Or a tracked reference such as `nano3pretraincheckpoint:latest`."""
     num_problems: int | None = None
     """Addition problems made, train and held out together; default per scale (tiny 1,000)."""
-    digits: int = 2
-    """Digits per operand."""
+    digits: int | None = None
+    """Digits per operand; default per scale (tiny 2, small and medium 3, full 4)."""
     held_out: float = 0.2
     """Share of the problems held out (by question) for evaluation and RL."""
     reasoning_off_share: float = 0.1
@@ -93,8 +95,8 @@ def main(config: Config) -> Nano3SFTDataset:
         raise NemotronError("--reasoning-off-share must be in [0, 1] and --valid-share in (0, 1)")
 
     # --- pipeline: problems -> split -> reasoning on/off -> chat data -> template + masks -> pack ---
-    train, test = split_problems(addition_problems(num_problems, config.seed, config.digits), config.held_out,
-                                 config.seed)
+    digits = config.digits or DIGITS[config.scale]
+    train, test = split_problems(addition_problems(num_problems, config.seed, digits), config.held_out, config.seed)
     rng = random.Random(config.seed)
     reasoning_off = set(rng.sample(range(len(train)), round(len(train) * config.reasoning_off_share)))
     conversations = [p.messages(with_reasoning=i not in reasoning_off) for i, p in enumerate(train)]
