@@ -11,6 +11,7 @@ judge model. This module makes such a task small enough for a CPU:
   1.0 for the correct final answer, plus FORMAT_BONUS when the completion is well formed (closed its
   `</think>` and gave exactly one integer after it), so a policy is first pulled towards the format
   and then towards the right number.
+- `read_problems(path, limit)`: the problems a curation step wrote (one JSON object per line), capped.
 - `score(reward_fn, completions, answers)`: calls any reward function, and turns an exception inside it
   into one NemotronError naming the function and the completion, instead of a traceback mid-run.
 
@@ -19,10 +20,12 @@ torch-free: data curation uses it.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from nemotron.errors import NemotronError
 
@@ -92,6 +95,13 @@ def split_problems(problems: Sequence[Problem], held_out: float, seed: int) -> t
     random.Random(seed).shuffle(order)
     cut = max(1, round(len(order) * held_out))
     return order[cut:], order[:cut]
+
+
+def read_problems(path: Path, limit: int | None = None) -> list[dict]:
+    """The first `limit` problems (all when None) of a problems JSONL written by nano3 stage-1 curation:
+    dicts with "question" and "answer" (and the operands)."""
+    problems = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return problems[:limit] if limit else problems
 
 
 def final_answer(completion: str) -> str | None:

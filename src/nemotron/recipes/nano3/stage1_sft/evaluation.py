@@ -27,7 +27,7 @@ from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
-from nemotron.data_prep.verifiable import final_answer
+from nemotron.data_prep.verifiable import final_answer, read_problems
 from nemotron.recipes.nano3.artifacts import (
     Nano3PretrainCheckpoint,
     Nano3SFTCheckpoint,
@@ -78,8 +78,7 @@ def main(config: Config) -> Nano3SFTResults:
                             stdin=piped, flag="--dataset-path")
     base = load_upstream(Nano3PretrainCheckpoint, path=None, reference=None, scale=config.scale, made_from=[sft],
                          stdin=False, flag="--checkpoint-path")
-    problems = [json.loads(line) for line in dataset.test_problems.read_text().splitlines()]
-    problems = problems[: config.max_problems or apply_scale(FULL_PROBLEMS, config.scale)]
+    problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
     # --- generate, both models, both modes ---
     scores, samples = {}, []
