@@ -97,3 +97,25 @@ def test_a_reward_function_that_raises_or_returns_nonsense_is_one_line():
     with pytest.raises(NemotronError, match="returned nan"):
         verifiable.score(lambda c, a: float("nan"), ["x"], ["1"])
     assert verifiable.score(verifiable.reward, ["a\n</think>\n3"], ["3"]) == [pytest.approx(1.1)]
+
+
+def test_every_scale_asks_for_no_more_problems_than_its_digits_allow():
+    from nemotron.artifact import SCALES, apply_scale
+    from nemotron.recipes.nano3.stage1_sft import data_curation
+
+    for scale in SCALES:
+        digits = data_curation.DIGITS[scale]
+        wanted = apply_scale(data_curation.FULL_PROBLEMS, scale)
+        distinct = (10**digits - 10 ** (digits - 1)) ** 2
+        assert wanted <= distinct // 2, (scale, wanted, distinct)  # room for distinct seeded draws
+    assert len(verifiable.addition_problems(apply_scale(data_curation.FULL_PROBLEMS, "small"), 0, 3)) == 10_000
+
+
+def test_held_out_gain_is_the_mean_paired_difference_with_its_standard_error():
+    from nemotron.recipes.nano3.stage2_rl.evaluation import paired_gain
+
+    gain, stderr = paired_gain([1.0, 1.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.0])  # differences 1, 0, 0.5, 0
+    assert gain == pytest.approx(0.375)
+    spread = math.sqrt(((1 - 0.375) ** 2 + 2 * 0.375**2 + 0.125**2) / 3)
+    assert stderr == pytest.approx(spread / 2)
+    assert paired_gain([0.5, 0.5], [0.5, 0.5]) == (0.0, 0.0)

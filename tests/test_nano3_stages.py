@@ -236,7 +236,15 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
     assert strip(read_metrics(resumed.metrics_path)) == strip(records)
     results = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
                                                       output_dir=tmp_path / "eval"))
-    assert results.num_problems == 2 and "reward_gain_stderr" in results.metrics
+    assert results.num_problems == 2 and results.metrics["samples_per_problem"] == 4
+    assert {"reward_gain_stderr", "greedy_reward_gain_stderr", "rl_exact_match"} <= results.metrics.keys()
+    again = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
+                                                    output_dir=tmp_path / "eval_again"))
+    assert again.metrics["rl_reward"] == results.metrics["rl_reward"]  # seeded samples: the same numbers
+    with pytest.raises(NemotronError, match="--samples-per-problem 0") as error:
+        rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, samples_per_problem=0,
+                                                output_dir=tmp_path / "bad"))
+    assert "\n" not in str(error.value) and not (tmp_path / "bad").exists()
 
 
 @pytest.mark.slow

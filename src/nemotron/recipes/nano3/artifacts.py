@@ -83,7 +83,8 @@ class Nano3RLCheckpoint(ModelCheckpoint):
 
 
 class Nano3RLResults(Artifact):
-    """Held-out reward and exact match (reasoning on), SFT vs RL, with standard errors."""
+    """Held-out reward (sampled, the policy's expected reward) and greedy exact match (reasoning on), SFT vs RL,
+    with standard errors."""
     made_by: ClassVar[str] = "nemotron.recipes.nano3.stage2_rl.evaluation"
     samples_path: ArtifactPath
     sft_reward: float

@@ -1,10 +1,14 @@
 """Stage 2, step 2: did RL help? Held-out reward and exact match, SFT vs RL, with the noise next to them.
 
-Both models answer every held-out question (never trained on, by question; not used by RL either)
-greedily with reasoning on; the checker scores each completion exactly as RL was rewarded. Reported:
-mean reward and exact match of each model, and the RL - SFT difference of the mean reward with its
-standard error from the per-question differences (a paired comparison: the same questions), and
-whether that difference exceeds two standard errors.
+Both models answer every held-out question (never trained on, by question; not used by RL either) with
+reasoning on, two ways, and the checker scores each completion exactly as RL was rewarded:
+
+- held-out reward: `--samples-per-problem` completions per question sampled at `--temperature` (RL's
+  sampling temperature), the mean reward per question: the policy's expected reward, the quantity
+  GRPO maximises. The RL - SFT gain and its standard error come from the per-question differences (a
+  paired comparison: the same questions), and the verdict is whether the gain exceeds two of them.
+- exact match: one greedy answer per question (what a user of the model gets), with its standard
+  error, and the greedy reward's paired gain beside it.
 
 Input: a `Nano3RLCheckpoint` (`--checkpoint-path`, or stdin); the SFT model and the problems through
 the recorded lineage. Output: a `Nano3RLResults`.
@@ -24,10 +28,11 @@ from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
-from nemotron.data_prep.verifiable import final_answer, reward
+from nemotron.data_prep.verifiable import final_answer, read_problems, reward
+from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLResults, Nano3SFTCheckpoint, Nano3SFTDataset
 
-FULL_PROBLEMS = 10_000  # held-out problems at full scale; apply_scale gives tiny 100
+FULL_PROBLEMS = 20_000  # held-out problems at full scale; apply_scale gives tiny 200 (all of tiny's)
 
 
 @dataclass
@@ -39,7 +44,13 @@ class Config:
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `nano3rlcheckpoint:latest`."""
     max_problems: int | None = None
-    """Held-out problems to score; default per scale (tiny 100)."""
+    """Held-out problems to score; default per scale (tiny 200). Measured at tiny from the 400-step SFT
+    model after the default 20 GRPO steps, 200 problems: the sampled reward's gain +0.060 had a standard
+    error of 0.028 with 1 sample per question and 0.017 with 4; the greedy one, +0.074 ± 0.031."""
+    samples_per_problem: int = 4
+    """Completions sampled per question for the held-out reward (more: a smaller standard error)."""
+    temperature: float = 1.0
+    """Sampling temperature of the held-out reward: GRPO's (training.py --temperature)."""
     max_new_tokens: int = 112
     """Tokens generated per answer (reasoning on; a worked sum with its answer is 60-100 tokens)."""
     batch_size: int = 16
@@ -51,7 +62,7 @@ class Config:
     scale: str = "tiny"
     """tiny | small | medium | full: sizes how many problems are scored."""
     seed: int = 0
-    """Unused (greedy decoding); recorded for lineage."""
+    """Seeds the sampled completions (the same seed, the same samples)."""
 
 
 def main(config: Config) -> Nano3RLResults:
@@ -60,43 +71,58 @@ def main(config: Config) -> Nano3RLResults:
     from nemotron.evaluation.generation import greedy_samples
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
+    from nemotron.training.grpo import sample_groups
 
+    if config.samples_per_problem < 1 or not config.temperature > 0:
+        raise NemotronError(f"--samples-per-problem {config.samples_per_problem} / --temperature {config.temperature}: "
+                            "need at least 1 sample per question and a temperature above 0")
     rl = Nano3RLCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()
     sft = load_upstream(Nano3SFTCheckpoint, path=None, reference=None, scale=config.scale, made_from=[rl],
                         stdin=False, flag="--checkpoint-path")
     dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[rl],
                             stdin=False, flag="--checkpoint-path")
-    problems = [json.loads(line) for line in dataset.test_problems.read_text().splitlines()]
-    problems = problems[: config.max_problems or apply_scale(FULL_PROBLEMS, config.scale)]
+    problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
-    rewards, exact, samples = {}, {}, []
+    greedy, sampled, exact, samples = {}, {}, {}, []
     with evaluation_threads(config.num_threads):
         for name, checkpoint in (("sft", sft), ("rl", rl)):
             model, tokenizer = load_model(checkpoint.model_dir)
             prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
+            # greedy: one answer per question
             completions = greedy_samples(model, tokenizer, prompts, config.max_new_tokens, [IM_END_ID],
                                          batch_size=config.batch_size)
-            rewards[name] = [reward(c, p["answer"]) for c, p in zip(completions, problems)]
+            greedy[name] = [reward(c, p["answer"]) for c, p in zip(completions, problems)]
             exact[name] = [float(final_answer(c) == p["answer"]) for c, p in zip(completions, problems)]
             samples += [{"model": name, "question": p["question"], "answer": p["answer"], "completion": c}
                         for p, c in zip(problems[:5], completions)]
+            # sampled: the mean reward of `samples_per_problem` completions per question
+            sampled[name] = []
+            k = config.samples_per_problem
+            for start in range(0, len(prompts), config.batch_size):
+                batch = problems[start : start + config.batch_size]
+                ids = sample_groups(model, prompts[start : start + config.batch_size], k, config.max_new_tokens,
+                                    config.temperature, IM_END_ID, tokenizer.pad_token_id, seed=config.seed + start)
+                texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in ids]
+                scores = [reward(t, batch[i // k]["answer"]) for i, t in enumerate(texts)]
+                sampled[name] += [sum(scores[i * k : (i + 1) * k]) / k for i in range(len(batch))]
 
     out = mark_unfinished(config.output_dir)
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     n = len(problems)
-    mean = {name: sum(values) / n for name, values in rewards.items()}
+    mean = {name: sum(values) / n for name, values in sampled.items()}
     match = {name: sum(values) / n for name, values in exact.items()}
-    differences = [r - s for r, s in zip(rewards["rl"], rewards["sft"])]
-    gain = sum(differences) / n
-    spread = math.sqrt(sum((d - gain) ** 2 for d in differences) / max(n - 1, 1))
-    gain_stderr = spread / math.sqrt(n)
+    gain, gain_stderr = paired_gain(sampled["rl"], sampled["sft"])
+    greedy_gain, greedy_gain_stderr = paired_gain(greedy["rl"], greedy["sft"])
     metrics = {
         "sft_reward": mean["sft"], "rl_reward": mean["rl"],
-        "sft_exact_match": match["sft"], "rl_exact_match": match["rl"],
-        **{f"{k}_exact_match_stderr": math.sqrt(v * (1 - v) / n) for k, v in match.items()},
         "reward_gain": gain, "reward_gain_stderr": gain_stderr,
         "gain_above_two_stderr": bool(gain > 2 * gain_stderr and gain > 0),
+        "samples_per_problem": config.samples_per_problem, "temperature": config.temperature,
+        "sft_exact_match": match["sft"], "rl_exact_match": match["rl"],
+        **{f"{k}_exact_match_stderr": math.sqrt(v * (1 - v) / n) for k, v in match.items()},
+        "sft_greedy_reward": sum(greedy["sft"]) / n, "rl_greedy_reward": sum(greedy["rl"]) / n,
+        "greedy_reward_gain": greedy_gain, "greedy_reward_gain_stderr": greedy_gain_stderr,
         "num_problems": n, "wall_seconds": time.perf_counter() - started,
     }
     return Nano3RLResults(
@@ -104,6 +130,15 @@ def main(config: Config) -> Nano3RLResults:
         samples_path=out / "samples.json", sft_reward=mean["sft"], rl_reward=mean["rl"], sft_exact_match=match["sft"],
         rl_exact_match=match["rl"], num_problems=n, metrics=metrics,
     ).save()
+
+
+def paired_gain(after: list[float], before: list[float]) -> tuple[float, float]:
+    """Mean of the per-question differences and its standard error (same questions, so paired)."""
+    differences = [a - b for a, b in zip(after, before, strict=True)]
+    n = len(differences)
+    gain = sum(differences) / n
+    spread = math.sqrt(sum((d - gain) ** 2 for d in differences) / max(n - 1, 1))
+    return gain, spread / math.sqrt(n)
 
 
 if __name__ == "__main__":
