@@ -1,7 +1,8 @@
 """nano3 stages 0 and 1. Stage 0: the MoE training step logs routing and resumes bit-identically, its dense
 counterpart has the same active parameters, the evaluation compares both with a unigram baseline, wrong
 inputs are one line. Stage 1: curation's problem split and masks, SFT of the MoE model, exact match with
-reasoning on and off. And (slow) the whole recipe end to end with its report card.
+reasoning on and off. Stage 2: GRPO's refusals, log, resume and evaluation. Slow: the stage-0, SFT and GRPO
+steps under torchrun, and the default tiny recipe end to end with its held-out claims and report card.
 
 Everything runs on a real PretrainDataset made once by nano2's stage-0 data curation over two plays with
 the nano3 chat template, with short runs (`FEW`: 8 steps of 4 x 64 tokens).
@@ -186,6 +187,27 @@ def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_da
                                               output_dir=tmp_path / "wrong"))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["stage0_pretrain", "stage1_sft"])
+def test_moe_training_under_torchrun_saves_one_artifact_with_the_routing_logged(step, dataset, sft_data, tmp_path):
+    """Pretraining and SFT of the MoE model with 2 processes (DDP; the expert loads are averaged over ranks
+    before the bias update): one artifact on stdout from rank 0, every step logged with the expert load."""
+    data, settings = (dataset, {**FEW, "steps": 4}) if step == "stage0_pretrain" else (
+        sft_data, {"steps": 2, "micro_batch_size": 2, "eval_every": 2, "checkpoint_every": 2})
+    out = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+               f"nemotron.recipes.nano3.{step}.training", "--dataset-path", str(data.path), "--output-dir", str(out),
+               *(f"--{k.replace('_', '-')}={v}" for k, v in settings.items())]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (made,) = json.loads(done.stdout).values()
+    assert made["metrics"]["world_size"] == 2
+    records = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+    assert [r["step"] for r in records] == list(range(1, settings["steps"] + 1))
+    assert all(len(r["expert_load"]) == 2 and abs(sum(r["expert_load"][0]) - 1) < 1e-3 for r in records)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Stage 2
 # ---------------------------------------------------------------------------------------------------
@@ -262,18 +284,11 @@ def test_grpo_under_torchrun_samples_a_share_per_rank_and_saves_one_artifact(sft
 
 
 @pytest.mark.slow
-def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
-    """`python -m nemotron.recipes.nano3` end to end (shortened runs), then a re-run skips every step."""
-    flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs"),
-             "--stage0.training.steps", "4", "--stage0.training.seq-len", "64",
-             "--stage0.dense-training.steps", "6", "--stage0.dense-training.seq-len", "64",
-             "--stage0.evaluation.max-tokens", "2000",
-             "--stage1.data-curation.num-problems", "60", "--stage1.data-curation.no-chat-data",
-             "--stage1.training.steps", "2", "--stage1.evaluation.max-problems", "2",
-             "--stage1.evaluation.max-new-tokens", "8",
-             "--stage2.training.steps", "1", "--stage2.training.completions-per-step", "4",
-             "--stage2.training.group-size", "2", "--stage2.training.max-new-tokens", "6",
-             "--stage2.evaluation.max-problems", "2", "--stage2.evaluation.max-new-tokens", "6"]
+def test_whole_recipe_at_tiny_shows_learning_on_held_out_data_in_its_report_card(tmp_path):
+    """`python -m nemotron.recipes.nano3 --scale tiny`, the default run (~4 minutes on 2 cores), then a re-run
+    skips every step. Held out: both stage-0 models below the unigram's bits per byte, SFT above base on
+    exact match, RL above SFT on held-out reward (the README reports the margin in standard errors)."""
+    flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs")]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
                           env=env, timeout=1200)
@@ -281,10 +296,17 @@ def test_whole_recipe_runs_and_writes_the_report_card(tmp_path):
     made = json.loads(done.stdout)
     assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults", "nano3sftresults",
                          "nano3rlresults"}
+    stage0 = made["nano3pretrainresults"]["metrics"]
+    assert max(stage0["moe_bits_per_byte"], stage0["dense_bits_per_byte"]) < stage0["unigram_bits_per_byte"], stage0
+    sft = made["nano3sftresults"]
+    assert sft["sft_exact_match_reasoning_on"] > sft["base_exact_match_reasoning_on"], sft["metrics"]
+    rl = made["nano3rlresults"]["metrics"]
+    assert rl["reward_gain"] > 0 and rl["rl_reward"] > rl["sft_reward"], rl
     report = tmp_path / "runs" / "report"
     text = (report / "report.md").read_text()
     assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
+    assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
+    assert "Held-out reward gain RL - SFT" in text
     again = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
                            env=env, timeout=600)
     assert again.returncode == 0 and "9 skipped" in again.stderr, again.stderr[-1000:]
-    assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
