@@ -345,9 +345,9 @@ def parallelism(family: str, scale: str, settings: MegatronBridgeLaunch) -> tupl
     # Megatron-Core lays the experts out on a grid of their own: expert parallel x expert tensor parallel
     # (1 in the recipes) x pipeline (1) must divide the world, and each GPU holds experts / EP experts.
     if world % ep:
-        raise NemotronError(f"expert parallel {ep} (the {recipes.recipes['pretrain']} layout at --scale {scale}) does "
-                            f"not divide {world} GPUs (--nodes {settings.nodes} x --gpus-per-node "
-                            f"{settings.gpus_per_node}); use a multiple of {ep} GPUs")
+        raise NemotronError(f"expert parallel {ep} does not divide {world} GPUs (--nodes {settings.nodes} x "
+                            f"--gpus-per-node {settings.gpus_per_node}): {family} --scale {scale} spreads each MoE "
+                            f"layer's experts over {ep} GPUs; use a multiple of {ep} GPUs")
     if recipes.moe:
         experts = _shape(family, scale)["num_moe_experts"]
         if experts % ep:
@@ -358,9 +358,10 @@ def parallelism(family: str, scale: str, settings: MegatronBridgeLaunch) -> tupl
 
 def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str, schedule: Schedule,
                      settings: MegatronBridgeLaunch, out: Path, init_checkpoint: str | None = None,
-                     family: str = "nano2") -> LaunchPlan:
+                     family: str = "nano2", model: dict[str, Any] | None = None) -> LaunchPlan:
     """Write plan.json, overrides.yaml, torchrun.sh and sbatch.sh into `out` (atomically, each file), for
-    the recipe of `family` (FAMILIES: nano2 | nano3) and `kind`."""
+    the recipe of `family` (FAMILIES: nano2 | nano3) and `kind`. `model`: more model-provider fields in
+    Megatron's names (a step's own settings, e.g. nano3's moe_aux_loss_coeff), checked like the rest."""
     if kind not in ("pretrain", "sft"):
         raise NemotronError(f"unknown Megatron-Bridge run kind {kind!r}; use 'pretrain' or 'sft'")
     check_settings(settings)
@@ -379,6 +380,7 @@ def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str,
     stage = Path(dataset.path).parent.name  # stage0_pretrain / stage1_sft: keeps stages apart on the root
     data = _DataRoot(settings.data_root, stage, Path(dataset.path))
     overrides = _common_overrides(family, schedule, scale, tp, ep, dataset.vocab_size)
+    overrides["model"].update(model or {})
     overrides["checkpoint"].update(save=checkpoint_location(settings, stage, out),
                                    load=checkpoint_location(settings, stage, out))
     overrides["tokenizer"].update(tokenizer_type="HuggingFaceTokenizer",
@@ -590,13 +592,14 @@ def launch(plan: LaunchPlan, dry_run: bool) -> None:
 
 
 def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps: int, seq_length: int,
-             init_checkpoint: str | None = None, family: str = "nano2") -> Any:
+             init_checkpoint: str | None = None, family: str = "nano2", model: dict[str, Any] | None = None) -> Any:
     """What a training step does instead of its loop at scale: write the run folder, launch it (or, with
     `--dry-run`, print it), and save a `MegatronBridgeRun` artifact in the step's output folder.
 
     `config` is the step's Config (`TrainingSettings` fields plus micro_batch_size, grad_accum_steps,
     lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip); the global batch is the step's
-    micro batch x accumulation x the data-parallel ranks of the cluster.
+    micro batch x accumulation x the data-parallel ranks of the cluster. `family` picks the recipes
+    (FAMILIES) and the model shape; `model` adds model-provider fields (see `write_run_folder`).
     """
     from nemotron.training.artifacts import MegatronBridgeRun
 
@@ -615,7 +618,7 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
     )
     out = Path(config.output_dir)
     plan = write_run_folder(kind, dataset, config.scale, schedule, settings, out / "megatron_bridge", init_checkpoint,
-                            family)
+                            family, model)
     launch(plan, config.dry_run)
     return MegatronBridgeRun(
         path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[dataset],
