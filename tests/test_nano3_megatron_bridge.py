@@ -27,8 +27,8 @@ from nemotron.training import megatron_bridge as mb
 FACTS = json.loads(mb.FACTS_PATH.read_text())
 PRETRAIN = "nemotron_3_nano_pretrain_8gpu_h100_bf16_config"
 SFT = "nemotron_3_nano_sft_8gpu_h100_bf16_config"
-CLUSTER = dict(data_root="/lustre/nemotron", nodes=2, gpus_per_node=8, dry_run=True)
-FEW = dict(steps=100, micro_batch_size=1, grad_accum_steps=4)
+CLUSTER = {"data_root": "/lustre/nemotron", "nodes": 2, "gpus_per_node": 8, "dry_run": True}
+FEW = {"steps": 100, "micro_batch_size": 1, "grad_accum_steps": 4}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_stage0_dry_run_at_full_writes_the_nano3_recipe_with_its_moe_shape_and_e
 @pytest.mark.parametrize("nodes, gpus", [(1, 4), (3, 4)])
 def test_a_gpu_count_expert_parallelism_does_not_divide_is_one_line_before_anything_is_written(dataset, tmp_path,
                                                                                                nodes, gpus):
-    settings = CLUSTER | dict(nodes=nodes, gpus_per_node=gpus)
+    settings = CLUSTER | {"nodes": nodes, "gpus_per_node": gpus}
     with pytest.raises(NemotronError, match=f"expert parallel 8 does not divide {nodes * gpus} GPUs") as error:
         training.main(training.Config(dataset_path=dataset.path, scale="full", output_dir=tmp_path / "run",
                                       **FEW, **settings))
@@ -119,7 +119,7 @@ def test_the_run_folder_is_deterministic(dataset, tmp_path):
 
 
 def test_dense_or_model_overrides_with_the_hand_off_are_refused_in_one_line(dataset, tmp_path):
-    for extra in (dict(dense=True), dict(model_overrides=("n_routed_experts=16",))):
+    for extra in ({"dense": True}, {"model_overrides": ("n_routed_experts=16",)}):
         with pytest.raises(NemotronError, match="drop --dense .* and --model-overrides") as error:
             training.main(training.Config(dataset_path=dataset.path, scale="full", output_dir=tmp_path / "run",
                                           **FEW, **CLUSTER, **extra))

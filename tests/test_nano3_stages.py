@@ -133,7 +133,7 @@ def test_a_checkpoint_of_the_wrong_family_is_one_clear_error(tmp_path):
 
 def test_at_scale_the_moe_model_hands_off_to_its_recipe_and_the_dense_one_is_refused(dataset, tmp_path):
     # --engine megatron-bridge at tiny (tests/test_nano3_megatron_bridge.py covers --scale full)
-    cluster = dict(engine="megatron-bridge", dry_run=True, data_root="/data", nodes=1, gpus_per_node=2)
+    cluster = {"engine": "megatron-bridge", "dry_run": True, "data_root": "/data", "nodes": 1, "gpus_per_node": 2}
     with pytest.raises(NemotronError, match="drop --dense") as error:
         training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "dense", dense=True, **cluster))
     assert "\n" not in str(error.value) and not (tmp_path / "dense").exists()

@@ -33,16 +33,26 @@ and calls its `pretrain` / `finetune`. Checkpoints go to `<data root>/<stage>/ch
 (`checkpoint_location`); `export_hf_checkpoint` turns the result into the same
 Hugging Face folder the tiny path writes (Megatron-Bridge's AutoBridge export).
 
-The recipe functions (from the reference commit named in megatron_bridge_facts.json):
-`nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config` and `nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config`
-in `megatron.bridge.recipes.nemotronh.h100.nemotron_nano_v2` (upstream also exports them as
-`nemotron_nano_9b_v2_pretrain_config` / `..._sft_config`). They set the 9B model; at other scales the
-override file also sets our model shape (`nemotron.models.nano2.SCALES`) and tensor parallelism 1.
+The recipe functions, per model family (`FAMILIES`; from the reference commit named in
+megatron_bridge_facts.json):
+
+    nano2  megatron.bridge.recipes.nemotronh.h100.nemotron_nano_v2
+           nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config, nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config
+           (upstream also exports them as nemotron_nano_9b_v2_pretrain_config / ..._sft_config); TP 2
+    nano3  megatron.bridge.recipes.nemotronh.h100.nemotron_3_nano
+           nemotron_3_nano_pretrain_8gpu_h100_bf16_config, nemotron_3_nano_sft_8gpu_h100_bf16_config;
+           TP 1, expert parallel 8, sequence parallel off
+
+The override file always sets our model shape (`nemotron.models.<family>.SCALES`, in Megatron's names:
+`HYBRID_FIELDS`, plus `MOE_FIELDS` for nano3); at full scale it equals the recipe's. Parallelism is the
+recipe's at full and 1 below it (`parallelism`, which also checks it against the GPU count).
+`write_run_folder(..., family="nano3")` and `hand_off(..., family="nano3")` pick the family.
 
 Required, as named settings (missing ones are one NemotronError line, never a placeholder):
 `data_root` (an absolute path on the cluster's shared filesystem, or `s3://bucket/prefix`), `nodes`,
 `gpus_per_node`. Optional: `container_image` (sbatch runs the job in it through pyxis/enroot; without
-it, on the nodes' own Python environment), `partition`, `account`, `time_limit`, `tensor_parallel`.
+it, on the nodes' own Python environment), `partition`, `account`, `time_limit`, `tensor_parallel`,
+`expert_parallel`.
 
 Object stores: Megatron-Core reads bin/idx straight from `s3://` (index files cached under
 `cache/idx`); the tokenizer and the packed Parquet are copied to `cache/` in the run folder before
