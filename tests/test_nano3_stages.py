@@ -131,9 +131,15 @@ def test_a_checkpoint_of_the_wrong_family_is_one_clear_error(tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_full_scale_is_refused_with_the_recipe_to_use_instead(dataset, tmp_path):
-    with pytest.raises(NemotronError, match="nemotron_3_nano_pretrain_8gpu_h100_bf16_config"):
-        training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "full", scale="full"))
+def test_at_scale_the_moe_model_hands_off_to_its_recipe_and_the_dense_one_is_refused(dataset, tmp_path):
+    # --engine megatron-bridge at tiny (tests/test_nano3_megatron_bridge.py covers --scale full)
+    cluster = {"engine": "megatron-bridge", "dry_run": True, "data_root": "/data", "nodes": 1, "gpus_per_node": 2}
+    with pytest.raises(NemotronError, match="drop --dense") as error:
+        training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "dense", dense=True, **cluster))
+    assert "\n" not in str(error.value) and not (tmp_path / "dense").exists()
+    run = training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "moe", **cluster))
+    assert run.type_name() == "megatronbridgerun" and run.recipe.endswith("nemotron_3_nano_pretrain_8gpu_h100_bf16_config")
+    assert not (tmp_path / "moe" / "model").exists()  # nothing trained here
 
 
 # ---------------------------------------------------------------------------------------------------

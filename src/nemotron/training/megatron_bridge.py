@@ -33,16 +33,26 @@ and calls its `pretrain` / `finetune`. Checkpoints go to `<data root>/<stage>/ch
 (`checkpoint_location`); `export_hf_checkpoint` turns the result into the same
 Hugging Face folder the tiny path writes (Megatron-Bridge's AutoBridge export).
 
-The recipe functions (from the reference commit named in megatron_bridge_facts.json):
-`nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config` and `nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config`
-in `megatron.bridge.recipes.nemotronh.h100.nemotron_nano_v2` (upstream also exports them as
-`nemotron_nano_9b_v2_pretrain_config` / `..._sft_config`). They set the 9B model; at other scales the
-override file also sets our model shape (`nemotron.models.nano2.SCALES`) and tensor parallelism 1.
+The recipe functions, per model family (`FAMILIES`; from the reference commit named in
+megatron_bridge_facts.json):
+
+    nano2  megatron.bridge.recipes.nemotronh.h100.nemotron_nano_v2
+           nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config, nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config
+           (upstream also exports them as nemotron_nano_9b_v2_pretrain_config / ..._sft_config); TP 2
+    nano3  megatron.bridge.recipes.nemotronh.h100.nemotron_3_nano
+           nemotron_3_nano_pretrain_8gpu_h100_bf16_config, nemotron_3_nano_sft_8gpu_h100_bf16_config;
+           TP 1, expert parallel 8, sequence parallel off
+
+The override file always sets our model shape (`nemotron.models.<family>.SCALES`, in Megatron's names:
+`HYBRID_FIELDS`, plus `MOE_FIELDS` for nano3); at full scale it equals the recipe's. Parallelism is the
+recipe's at full and 1 below it (`parallelism`, which also checks it against the GPU count).
+`write_run_folder(..., family="nano3")` and `hand_off(..., family="nano3")` pick the family.
 
 Required, as named settings (missing ones are one NemotronError line, never a placeholder):
 `data_root` (an absolute path on the cluster's shared filesystem, or `s3://bucket/prefix`), `nodes`,
 `gpus_per_node`. Optional: `container_image` (sbatch runs the job in it through pyxis/enroot; without
-it, on the nodes' own Python environment), `partition`, `account`, `time_limit`, `tensor_parallel`.
+it, on the nodes' own Python environment), `partition`, `account`, `time_limit`, `tensor_parallel`,
+`expert_parallel`.
 
 Object stores: Megatron-Core reads bin/idx straight from `s3://` (index files cached under
 `cache/idx`); the tokenizer and the packed Parquet are copied to `cache/` in the run folder before
@@ -76,12 +86,62 @@ from nemotron.artifact import atomic_write_text
 from nemotron.errors import NemotronError
 
 FACTS_PATH = Path(__file__).with_name("megatron_bridge_facts.json")
-RECIPE_MODULE = "megatron.bridge.recipes.nemotronh.h100.nemotron_nano_v2"
-RECIPES = {
-    "pretrain": "nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config",
-    "sft": "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config",
+HYBRID_PROVIDER = "megatron.bridge.models.hybrid.hybrid_provider:HybridModelProvider"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family's Megatron-Bridge recipes: where they live, the parallelism they set for the
+    published model, and which of our `nemotron.models.<family>` shape fields map to Megatron names."""
+
+    recipe_module: str
+    recipes: dict[str, str]  # kind ("pretrain" | "sft") -> recipe function
+    tensor_parallel: int  # what the recipes set at full scale (sequence parallel on when > 1)
+    expert_parallel: int  # what the recipes set at full scale; 1 for a model without experts
+    model_module: str  # ours: SCALES, COMMON and build_config
+    moe: bool  # the shape carries experts (MOE_FIELDS)
+    sft_model_class: str | None = None  # the SFT recipe's model dataclass, when the facts cannot name it
+
+
+# Megatron (HybridModelProvider) name <- our transformers (NemotronHConfig) name, for every family.
+HYBRID_FIELDS = {
+    "hidden_size": "hidden_size", "ffn_hidden_size": "intermediate_size",
+    "num_attention_heads": "num_attention_heads", "num_query_groups": "num_key_value_heads", "kv_channels": "head_dim",
+    "mamba_num_heads": "mamba_num_heads", "mamba_head_dim": "mamba_head_dim", "mamba_state_dim": "ssm_state_size",
+    "mamba_num_groups": "n_groups", "mamba_chunk_size": "chunk_size",
 }
-RECIPE_TENSOR_PARALLEL = 2  # what both recipes set (TP=2, sequence parallel on) for the 9B model
+# ... and for a mixture of experts (the mapping nemotron.models.nano3 documents beside its full row).
+MOE_FIELDS = {
+    "num_moe_experts": "n_routed_experts", "moe_ffn_hidden_size": "moe_intermediate_size",
+    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+    "moe_router_topk": "num_experts_per_tok", "moe_router_topk_scaling_factor": "routed_scaling_factor",
+    "moe_router_num_groups": "n_group", "moe_router_group_topk": "topk_group",
+}
+FAMILIES = {
+    # nemotron_nano_9b_v2: TP 2 with sequence parallel, the dense hybrid (upstream also exports the
+    # functions as nemotron_nano_9b_v2_pretrain_config / ..._sft_config).
+    "nano2": Family(
+        recipe_module="megatron.bridge.recipes.nemotronh.h100.nemotron_nano_v2",
+        recipes={"pretrain": "nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config",
+                 "sft": "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config"},
+        tensor_parallel=2, expert_parallel=1, model_module="nemotron.models.nano2", moe=False,
+    ),
+    # Nemotron 3 Nano 30B-A3B: both recipes set TP 1, PP 1, expert parallel 8 (expert TP 1), sequence
+    # parallel off: the 128 experts of a layer are spread over 8 GPUs, 16 each. The SFT recipe builds its
+    # model with AutoBridge from the published Hugging Face config (config only, no weights: on the
+    # cluster that is one Hub download) and casts it to HybridModelProvider, which the facts cannot follow.
+    "nano3": Family(
+        recipe_module="megatron.bridge.recipes.nemotronh.h100.nemotron_3_nano",
+        recipes={"pretrain": "nemotron_3_nano_pretrain_8gpu_h100_bf16_config",
+                 "sft": "nemotron_3_nano_sft_8gpu_h100_bf16_config"},
+        tensor_parallel=1, expert_parallel=8, model_module="nemotron.models.nano3", moe=True,
+        sft_model_class=HYBRID_PROVIDER,
+    ),
+}
+# nano2's, under the names this module had before it knew of other families
+RECIPE_MODULE = FAMILIES["nano2"].recipe_module
+RECIPES = FAMILIES["nano2"].recipes
+RECIPE_TENSOR_PARALLEL = FAMILIES["nano2"].tensor_parallel
 INSTALL_HINT = (
     "Megatron-Bridge is not installed; on a CUDA machine with Transformer Engine run "
     "`pip install 'nemotron[megatron]'` (megatron-bridge==0.6.0), or use the NeMo container, "
@@ -119,7 +179,9 @@ class MegatronBridgeLaunch:
     time_limit: str | None = None
     """Slurm time limit such as 04:00:00 (#SBATCH --time)."""
     tensor_parallel: int | None = None
-    """Tensor-parallel size; default the recipe's 2 at full scale, 1 for the smaller models."""
+    """Tensor-parallel size; default the recipe's at full scale (nano2 2, nano3 1), 1 for the smaller models."""
+    expert_parallel: int | None = None
+    """Expert-parallel size (MoE families); default the recipe's at full scale (nano3 8), 1 for the smaller models."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +220,7 @@ class LaunchPlan:
     stage_in: list[list[str]]  # [remote path, run-folder path]: copied on the cluster before training
     commands: dict[str, str]  # how to start it: torchrun (one node) and sbatch
     settings: dict[str, Any] = field(default_factory=dict)
+    family: str = "nano2"  # the model family (FAMILIES); export_hf_checkpoint builds its config
 
     def describe(self) -> str:
         """The configuration and the commands, for a human (stderr)."""
@@ -200,20 +263,22 @@ def class_fields(key: str) -> tuple[dict[str, str], bool]:
     return fields, entry["complete"]
 
 
-def section_class(recipe: str, section: str) -> str:
-    """The facts class a top-level override section targets for `recipe`."""
+def section_class(recipe: str, section: str, known: dict[str, str] | None = None) -> str:
+    """The facts class a top-level override section targets for `recipe` (`known`: sections whose class
+    the caller knows where the facts name none, e.g. a model built at run time)."""
     container = facts()["config_container"]
     if section not in container:
         raise NemotronError(f"overrides: {section!r} is not a ConfigContainer field; known: {', '.join(container)}")
-    chosen = facts()["recipes"][recipe]["sections"].get(section)
+    chosen = facts()["recipes"][recipe]["sections"].get(section) or (known or {}).get(section)
     candidates = container[section]["classes"]
     if chosen is None and len(candidates) != 1:
         raise NemotronError(f"overrides: section {section!r} of {recipe} has no single dataclass ({candidates})")
     return chosen or candidates[0]
 
 
-def check_overrides(overrides: dict[str, Any], recipe: str) -> None:
-    """Every key must exist on the dataclass it targets (per the facts); nested dataclasses too."""
+def check_overrides(overrides: dict[str, Any], recipe: str, known: dict[str, str] | None = None) -> None:
+    """Every key must exist on the dataclass it targets (per the facts); nested dataclasses too.
+    `known`: section -> facts class, for sections the recipe's facts do not name (see `section_class`)."""
 
     def walk(values: dict[str, Any], key: str, where: str) -> None:
         fields, complete = class_fields(key)
@@ -228,7 +293,7 @@ def check_overrides(overrides: dict[str, Any], recipe: str) -> None:
                 walk(value, nested[0], f"{where}.{name}")
 
     for section, values in overrides.items():
-        target = section_class(recipe, section)
+        target = section_class(recipe, section, known)
         if isinstance(values, dict):
             walk(values, target, section)
 
@@ -272,19 +337,50 @@ def checkpoint_location(settings: MegatronBridgeLaunch, stage: str, run_folder: 
     return f"{Path(run_folder).resolve()}/checkpoints"
 
 
-def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str, schedule: Schedule,
-                     settings: MegatronBridgeLaunch, out: Path, init_checkpoint: str | None = None) -> LaunchPlan:
-    """Write plan.json, overrides.yaml, torchrun.sh and sbatch.sh into `out` (atomically, each file)."""
-    if kind not in RECIPES:
-        raise NemotronError(f"unknown Megatron-Bridge run kind {kind!r}; use 'pretrain' or 'sft'")
-    check_settings(settings)
-    recipe = RECIPES[kind]
-    if recipe not in facts()["recipes"]:
-        raise NemotronError(f"recipe {recipe} is not in {FACTS_PATH.name}; re-run scripts/extract_megatron_bridge_facts.py")
-    tp = settings.tensor_parallel or (RECIPE_TENSOR_PARALLEL if scale == "full" else 1)
+def parallelism(family: str, scale: str, settings: MegatronBridgeLaunch) -> tuple[int, int]:
+    """(tensor parallel, expert parallel) for a run: the recipe's at full scale (the published model needs
+    them to fit), 1 and 1 below it (those models fit one GPU), unless the settings say otherwise; checked
+    against the GPUs, one line when they do not fit together."""
+    if family not in FAMILIES:
+        raise NemotronError(f"unknown model family {family!r}; use one of {', '.join(FAMILIES)}")
+    recipes = FAMILIES[family]
+    full = scale == "full"
+    tp = settings.tensor_parallel or (recipes.tensor_parallel if full else 1)
+    ep = settings.expert_parallel or (recipes.expert_parallel if full else 1)
     world = settings.nodes * settings.gpus_per_node
     if world % tp:
         raise NemotronError(f"--tensor-parallel {tp} does not divide {world} GPUs (--nodes x --gpus-per-node)")
+    if ep > 1 and not recipes.moe:
+        raise NemotronError(f"expert parallel {ep}: {family} has no experts; leave expert_parallel unset")
+    # Megatron-Core lays the experts out on a grid of their own: expert parallel x expert tensor parallel
+    # (1 in the recipes) x pipeline (1) must divide the world, and each GPU holds experts / EP experts.
+    if world % ep:
+        raise NemotronError(f"expert parallel {ep} does not divide {world} GPUs (--nodes {settings.nodes} x "
+                            f"--gpus-per-node {settings.gpus_per_node}): {family} --scale {scale} spreads each MoE "
+                            f"layer's experts over {ep} GPUs; use a multiple of {ep} GPUs")
+    if recipes.moe:
+        experts = _shape(family, scale)["num_moe_experts"]
+        if experts % ep:
+            raise NemotronError(f"expert parallel {ep} does not divide the {experts} experts per layer of {family} "
+                                f"--scale {scale}; use a divisor of {experts}")
+    return tp, ep
+
+
+def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str, schedule: Schedule,
+                     settings: MegatronBridgeLaunch, out: Path, init_checkpoint: str | None = None,
+                     family: str = "nano2", model: dict[str, Any] | None = None) -> LaunchPlan:
+    """Write plan.json, overrides.yaml, torchrun.sh and sbatch.sh into `out` (atomically, each file), for
+    the recipe of `family` (FAMILIES: nano2 | nano3) and `kind`. `model`: more model-provider fields in
+    Megatron's names (a step's own settings, e.g. nano3's moe_aux_loss_coeff), checked like the rest."""
+    if kind not in ("pretrain", "sft"):
+        raise NemotronError(f"unknown Megatron-Bridge run kind {kind!r}; use 'pretrain' or 'sft'")
+    check_settings(settings)
+    tp, ep = parallelism(family, scale, settings)
+    recipes = FAMILIES[family]
+    recipe = recipes.recipes[kind]
+    if recipe not in facts()["recipes"]:
+        raise NemotronError(f"recipe {recipe} is not in {FACTS_PATH.name}; re-run scripts/extract_megatron_bridge_facts.py")
+    world = settings.nodes * settings.gpus_per_node
     if schedule.global_batch_size % (schedule.micro_batch_size * (world // tp)):
         raise NemotronError(
             f"global batch {schedule.global_batch_size} is not a multiple of micro batch {schedule.micro_batch_size} "
@@ -293,7 +389,8 @@ def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str,
     out = Path(out).resolve()
     stage = Path(dataset.path).parent.name  # stage0_pretrain / stage1_sft: keeps stages apart on the root
     data = _DataRoot(settings.data_root, stage, Path(dataset.path))
-    overrides = _common_overrides(schedule, scale, tp, dataset.vocab_size)
+    overrides = _common_overrides(family, schedule, scale, tp, ep, dataset.vocab_size)
+    overrides["model"].update(model or {})
     overrides["checkpoint"].update(save=checkpoint_location(settings, stage, out),
                                    load=checkpoint_location(settings, stage, out))
     overrides["tokenizer"].update(tokenizer_type="HuggingFaceTokenizer",
@@ -323,14 +420,14 @@ def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str,
         overrides["tokenizer"]["hf_tokenizer_kwargs"] = None  # the recipe's eos "<SPECIAL_12>" is not ours
         overrides["model"]["seq_length"] = dataset.pack_size
         overrides["checkpoint"]["pretrained_checkpoint"] = init_checkpoint
-    check_overrides(overrides, recipe)
+    check_overrides(overrides, recipe, {"model": recipes.sft_model_class} if recipes.sft_model_class else None)
 
     commands = {"torchrun": f"bash {shlex.quote(str(out / 'torchrun.sh'))}",
                 "sbatch": f"cd {shlex.quote(str(out))} && sbatch sbatch.sh"}
-    plan = LaunchPlan(kind=kind, scale=scale, run_folder=str(out), recipe_module=RECIPE_MODULE,
+    plan = LaunchPlan(kind=kind, scale=scale, run_folder=str(out), recipe_module=recipes.recipe_module,
                       recipe_function=recipe, megatron_bridge_commit=facts()["megatron_bridge_commit"],
                       overrides=overrides, upload=data.upload, stage_in=data.stage_in, commands=commands,
-                      settings=asdict(settings) | {"tensor_parallel": tp})
+                      settings=asdict(settings) | {"tensor_parallel": tp, "expert_parallel": ep}, family=family)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "overrides.yaml", yaml.safe_dump(overrides, sort_keys=True))
     atomic_write_text(out / "torchrun.sh", _torchrun_script(plan, settings))
@@ -341,21 +438,28 @@ def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str,
     return plan
 
 
-def _common_overrides(schedule: Schedule, scale: str, tp: int, vocab_size: int) -> dict[str, Any]:
-    from nemotron.models.nano2 import SCALES  # the shape per scale; imported here, it pulls in torch
+def _shape(family: str, scale: str) -> dict[str, Any]:
+    """Our model shape of `family` at `scale` in Megatron's names (HYBRID_FIELDS, MOE_FIELDS)."""
+    import importlib
 
-    shape = SCALES[scale]
-    pattern = shape["hybrid_override_pattern"]
+    models = importlib.import_module(FAMILIES[family].model_module)  # imported here: it pulls in torch
+    row = {**getattr(models, "COMMON", {}), **models.SCALES[scale]}
+    names = HYBRID_FIELDS | (MOE_FIELDS if FAMILIES[family].moe else {})
+    pattern = row["hybrid_override_pattern"]
+    return {"hybrid_layer_pattern": pattern, "num_layers": len(pattern),
+            **{megatron: row[ours] for megatron, ours in names.items()}}
+
+
+def _common_overrides(family: str, schedule: Schedule, scale: str, tp: int, ep: int,
+                      vocab_size: int) -> dict[str, Any]:
+    # The shape is written at every scale, the full one too, where it equals the recipe's (tested), so
+    # overrides.yaml alone says what model trains.
+    model = {**_shape(family, scale), "seq_length": schedule.seq_length,
+             "tensor_model_parallel_size": tp, "sequence_parallel": tp > 1}
+    if FAMILIES[family].moe:
+        model |= {"expert_model_parallel_size": ep, "expert_tensor_parallel_size": 1}
     return {
-        "model": {
-            "hybrid_layer_pattern": pattern, "num_layers": len(pattern), "hidden_size": shape["hidden_size"],
-            "ffn_hidden_size": shape["intermediate_size"], "num_attention_heads": shape["num_attention_heads"],
-            "num_query_groups": shape["num_key_value_heads"], "kv_channels": shape["head_dim"],
-            "mamba_num_heads": shape["mamba_num_heads"], "mamba_head_dim": shape["mamba_head_dim"],
-            "mamba_state_dim": shape["ssm_state_size"], "mamba_num_groups": shape["n_groups"],
-            "mamba_chunk_size": shape["chunk_size"], "seq_length": schedule.seq_length,
-            "tensor_model_parallel_size": tp, "sequence_parallel": tp > 1,
-        },
+        "model": model,
         "train": {"train_iters": schedule.train_iters, "micro_batch_size": schedule.micro_batch_size,
                   "global_batch_size": schedule.global_batch_size},
         "validation": {"eval_interval": schedule.eval_interval, "eval_iters": schedule.eval_iters},
@@ -498,20 +602,21 @@ def launch(plan: LaunchPlan, dry_run: bool) -> None:
 
 
 def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps: int, seq_length: int,
-             init_checkpoint: str | None = None) -> Any:
+             init_checkpoint: str | None = None, family: str = "nano2", model: dict[str, Any] | None = None) -> Any:
     """What a training step does instead of its loop at scale: write the run folder, launch it (or, with
     `--dry-run`, print it), and save a `MegatronBridgeRun` artifact in the step's output folder.
 
     `config` is the step's Config (`TrainingSettings` fields plus micro_batch_size, grad_accum_steps,
     lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip); the global batch is the step's
-    micro batch x accumulation x the data-parallel ranks of the cluster.
+    micro batch x accumulation x the data-parallel ranks of the cluster. `family` picks the recipes
+    (FAMILIES) and the model shape; `model` adds model-provider fields (see `write_run_folder`).
     """
     from nemotron.training.artifacts import MegatronBridgeRun
 
     settings = MegatronBridgeLaunch(data_root=config.data_root, nodes=config.nodes,
                                     gpus_per_node=config.gpus_per_node, container_image=config.container_image)
     preflight(settings, config.dry_run)
-    tp = RECIPE_TENSOR_PARALLEL if config.scale == "full" else 1
+    tp, ep = parallelism(family, config.scale, settings)
     data_parallel = max(1, settings.nodes * settings.gpus_per_node // tp)
     schedule = Schedule(
         seq_length=seq_length, train_iters=steps, micro_batch_size=config.micro_batch_size,
@@ -522,14 +627,15 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
         save_interval=config.checkpoint_every, seed=config.seed,
     )
     out = Path(config.output_dir)
-    plan = write_run_folder(kind, dataset, config.scale, schedule, settings, out / "megatron_bridge", init_checkpoint)
+    plan = write_run_folder(kind, dataset, config.scale, schedule, settings, out / "megatron_bridge", init_checkpoint,
+                            family, model)
     launch(plan, config.dry_run)
     return MegatronBridgeRun(
         path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[dataset],
         run_dir=out / "megatron_bridge", recipe=f"{plan.recipe_module}.{plan.recipe_function}",
         checkpoint_location=plan.overrides["checkpoint"]["save"], launched=not config.dry_run,
         metrics={"train_iters": steps, "global_batch_size": schedule.global_batch_size,
-                 "tensor_parallel": tp, "gpus": settings.nodes * settings.gpus_per_node},
+                 "tensor_parallel": tp, "expert_parallel": ep, "gpus": settings.nodes * settings.gpus_per_node},
     ).save()
 
 
@@ -592,14 +698,15 @@ def stage_in(run_folder: Path) -> None:
 
 
 def export_hf_checkpoint(megatron_checkpoint: Path, out_dir: Path, scale: str, vocab_size: int,
-                         tokenizer_dir: Path) -> Path:
+                         tokenizer_dir: Path, family: str = "nano2") -> Path:
     """A returned Megatron checkpoint -> the Hugging Face folder the tiny path writes (model + tokenizer),
     via Megatron-Bridge's AutoBridge export. Built in a temp folder and renamed into place."""
     require_megatron_bridge()
+    import importlib
+
     from megatron.bridge import AutoBridge
 
-    from nemotron.models.nano2 import build_config
-
+    build_config = importlib.import_module(FAMILIES[family].model_module).build_config
     out_dir = Path(out_dir)
     with atomic.output_folder(out_dir) as staging:
         bridge = AutoBridge.from_hf_config(build_config(scale, vocab_size))

@@ -3,6 +3,13 @@
     stage 0  nano2 data_curation -> PretrainDataset
              training (MoE) -> Nano3PretrainCheckpoint     training --dense -> Nano3PretrainCheckpoint
              evaluation -> Nano3PretrainResults (MoE, dense and unigram bits per byte side by side)
+    stage 1  data_curation -> Nano3SFTDataset -> training -> Nano3SFTCheckpoint -> evaluation
+    stage 2  training (GRPO) -> Nano3RLCheckpoint -> evaluation -> Nano3RLResults
+
+At scale (`--scale full` or `--engine megatron-bridge`) the training steps save the shared
+`nemotron.training.artifacts.MegatronBridgeRun` instead of a checkpoint: stage-0 data_curation ->
+PretrainDataset -> training -> MegatronBridgeRun; stage-1 data_curation (from the PretrainDataset's
+tokenizer) -> Nano3SFTDataset -> training (from the stage-0 run's checkpoint location) -> MegatronBridgeRun.
 
 A checkpoint records whether it holds the MoE model or its dense counterpart (`dense`), the model's
 total and active parameter counts, so the evaluation can say what it compares. This module imports
@@ -56,6 +63,7 @@ class Nano3SFTDataset(Artifact):
     num_train_conversations: int = Field(gt=0)
     num_test_problems: int = Field(gt=0)
     train_reasoning: bool  # were reasoning tokens targets of the loss
+    vocab_size: int | None = Field(default=None, gt=0)  # the tokenizer's; None in datasets curated before it was kept
 
 
 class Nano3SFTCheckpoint(ModelCheckpoint):

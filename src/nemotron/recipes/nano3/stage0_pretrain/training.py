@@ -26,10 +26,25 @@ Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-pat
 Supports: resume after a kill (same command, same output folder; bitwise on CPU: the expert bias is a
 model buffer, saved with the weights), DDP under torchrun (the expert loads are averaged over ranks
 before the bias update, so every rank routes alike), `--model-overrides`, `--precision bf16`, WSD or
-cosine schedules. Refuses: `--scale full` (31.6B parameters: no CPU trains it; nano3 writes no
-Megatron-Bridge hand-off yet, nemotron_3_nano_pretrain_8gpu_h100_bf16_config is the recipe to use), and
-everything nano2's pretraining refuses (models that do not fit, token ids beyond the vocabulary, a
-folder of another run).
+cosine schedules.
+
+At `--scale full` (31.6B parameters: no CPU trains it) or with `--engine megatron-bridge`, the step does
+not train: like nano2's, it writes a Megatron-Bridge run folder for the recipe
+`nemotron_3_nano_pretrain_8gpu_h100_bf16_config` (`nemotron.training.megatron_bridge`, family nano3),
+filled from the dataset and these settings, and launches it (`--dry-run`: prints it) with `--data-root`, `--nodes`, `--gpus-per-node`; its
+artifact is a `MegatronBridgeRun`, the input of stage-1 SFT at scale. The run folder sets our model shape
+(at full: the recipe's own, 128 experts, top-6), the load balancing of `--aux-loss-coeff` and
+`--bias-update-rate` (Megatron's moe_aux_loss_coeff, moe_router_bias_update_rate), and the recipe's
+parallelism at full: expert parallel 8 (16 experts per GPU), tensor parallel 1, so the GPU count must be
+a multiple of 8. Megatron-Bridge decays the rate with cosine (our `--schedule` is not carried over).
+
+    python -m nemotron.recipes.nano3.stage0_pretrain.training --scale full --dataset-path ... \
+        --data-root /lustre/team/nemotron --nodes 2 --gpus-per-node 8 --dry-run
+
+Refuses: `--dense` with the hand-off (the dense counterpart is the CPU comparison; Megatron-Bridge has no
+recipe for it), `--model-overrides` with the hand-off (they are transformers names the run folder does not
+carry), a GPU count that expert parallelism does not divide, and everything nano2's pretraining refuses
+(models that do not fit, token ids beyond the vocabulary, a folder of another run).
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from typing import Literal
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, PretrainDataset
+from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import TrainingSettings, parse_overrides
 
 # Optimizer steps and window length per scale. Tiny: ~0.35 s per MoE step on 2 idle cores.
@@ -104,7 +120,7 @@ class Config(TrainingSettings):
     """Seeds the weights and the order of the windows."""
 
 
-def main(config: Config) -> Nano3PretrainCheckpoint:
+def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     import torch
     import torch.nn.functional as F
 
@@ -113,20 +129,24 @@ def main(config: Config) -> Nano3PretrainCheckpoint:
     from nemotron.models import nano3
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.windows import pretraining_windows, windows_loss
 
-    # --- inputs; the published shape is refused before anything is read ---
-    if config.hands_off:
-        raise NemotronError(f"--scale {config.scale} --engine megatron-bridge: nano3 writes no Megatron-Bridge run "
-                            "folder yet; use Megatron-Bridge's nemotron_3_nano_pretrain_8gpu_h100_bf16_config directly, "
-                            "or train --scale tiny|small|medium here")
+    # --- inputs; at scale, a GPU cluster trains the MoE model instead of this loop ---
+    if config.hands_off and (config.dense or config.model_overrides):
+        raise NemotronError(f"--scale {config.scale} with Megatron-Bridge trains the MoE model of the scale as it is: "
+                            "drop --dense (the dense counterpart is the CPU comparison) and --model-overrides, or "
+                            "train here with --scale tiny|small|medium --engine plain")
     dataset = PretrainDataset.load_input(config, "dataset")
     steps = config.steps or round(STEPS[config.scale] * (DENSE_STEPS_PER_MOE_STEP if config.dense else 1))
     aux_coeff = nano3.AUX_LOSS_COEFF if config.aux_loss_coeff is None else config.aux_loss_coeff
     bias_rate = nano3.BIAS_UPDATE_RATE if config.bias_update_rate is None else config.bias_update_rate
+    if config.hands_off:
+        return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale],
+                        family="nano3", model={"moe_aux_loss_coeff": aux_coeff, "moe_router_bias_update_rate": bias_rate})
 
     # --- compute init ---
     run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain-dense" if config.dense else "pretrain-moe")

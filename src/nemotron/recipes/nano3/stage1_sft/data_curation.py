@@ -15,6 +15,13 @@
 torch-free (the tokenizer comes from `transformers`, imported when used).
 
     python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training
+
+At scale the stage-0 model is still to be trained on the cluster when the SFT data is made, so, as in
+nano2, `--pretrain-dataset-path` takes the stage-0 PretrainDataset instead of a checkpoint: its tokenizer
+is the one Megatron-Bridge trains the model with (stage-0 curation with `--chat-template nano3`).
+
+    python -m nemotron.recipes.nano3.stage1_sft.data_curation --scale full \
+        --pretrain-dataset-path runs/nano3/stage0_pretrain/data_curation
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.sources import read_chatterbot
 from nemotron.data_prep.verifiable import addition_problems, split_problems
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset
+from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset, PretrainDataset
 
 # Problems at full scale; apply_scale gives tiny 1,000, small 10,000. Operand digits per scale: there are
 # only 8,100 distinct two-digit sums, so the larger scales (which ask for more problems) use longer ones.
@@ -51,6 +58,9 @@ class Config:
     """The stage-0 MoE Nano3PretrainCheckpoint (its tokenizer); default: read it from stdin."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `nano3pretraincheckpoint:latest`."""
+    pretrain_dataset_path: Path | None = None
+    """Instead of a checkpoint, at scale: the stage-0 PretrainDataset, whose tokenizer the model will have
+    (the SFT data is made before Megatron-Bridge has trained the stage-0 model)."""
     num_problems: int | None = None
     """Addition problems made, train and held out together; default per scale (tiny 1,000)."""
     digits: int | None = None
@@ -80,14 +90,20 @@ def main(config: Config) -> Nano3SFTDataset:
     from nemotron.data_prep.tokenizer import load_tokenizer
 
     # --- setup ---
-    base = Nano3PretrainCheckpoint.load_input(config, "checkpoint")
-    if base.dense:
-        raise NemotronError(f"{base.path} is the dense counterpart; stage 1 fine-tunes the MoE model: pass "
-                            "runs/.../stage0_pretrain/training, not training_dense")
+    if config.pretrain_dataset_path is not None:  # at scale: the tokenizer the cluster's model will have
+        base = PretrainDataset.load(path=config.pretrain_dataset_path, scale=config.scale,
+                                    flag="--pretrain-dataset-path")
+        tokenizer_dir = base.tokenizer_dir
+    else:
+        base = Nano3PretrainCheckpoint.load_input(config, "checkpoint")
+        if base.dense:
+            raise NemotronError(f"{base.path} is the dense counterpart; stage 1 fine-tunes the MoE model: pass "
+                                "runs/.../stage0_pretrain/training, not training_dense")
+        tokenizer_dir = base.model_dir
     started = time.perf_counter()
-    tokenizer = load_tokenizer(base.model_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     if tokenizer.chat_template != NANO3_CHAT_TEMPLATE:
-        raise NemotronError(f"{base.model_dir}: the tokenizer does not carry the nano3 chat template; re-run stage-0 "
+        raise NemotronError(f"{tokenizer_dir}: the tokenizer does not carry the nano3 chat template; re-run stage-0 "
                             "data curation with --chat-template nano3 (the nano3 recipe does)")
     pack_size = config.pack_size or PACK_SIZE[config.scale]
     num_problems = config.num_problems or apply_scale(FULL_PROBLEMS, config.scale)
@@ -133,7 +149,7 @@ def main(config: Config) -> Nano3SFTDataset:
         tokenizer_dir=out / "tokenizer", train_packed=out / "train.parquet", valid_packed=out / "valid.parquet",
         train_problems=out / "problems_train.jsonl", test_problems=out / "problems_test.jsonl", pack_size=pack_size,
         num_train_conversations=len(kept), num_test_problems=len(test), train_reasoning=config.train_reasoning,
-        metrics=metrics,
+        vocab_size=len(tokenizer), metrics=metrics,
     ).save()
 
 

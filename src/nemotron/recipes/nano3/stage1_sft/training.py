@@ -14,7 +14,19 @@ made from (its recorded input, or `--checkpoint-path`). Output: a `Nano3SFTCheck
 
 Supports: resume after a kill, DDP under torchrun, `--precision bf16`. Refuses: the dense counterpart
 or a checkpoint of another family (one line naming the right input), data whose token ids or rows do
-not fit the model, `--scale full`.
+not fit the model.
+
+At `--scale full` (or `--engine megatron-bridge`) it does not train: like nano2's SFT it writes and
+launches (`--dry-run`: prints) a Megatron-Bridge run folder for `nemotron_3_nano_sft_8gpu_h100_bf16_config`
+(`nemotron.training.megatron_bridge`, family nano3): our packed Parquet and tokenizer, our model shape,
+the load balancing of `--aux-loss-coeff` / `--bias-update-rate`, expert parallel 8 at full, starting from
+the Megatron checkpoint of stage 0's `MegatronBridgeRun` (`--checkpoint-path` names that run's folder).
+The dataset is made at scale by stage-1 curation with `--pretrain-dataset-path`. On the cluster the SFT
+recipe builds its model provider from the published Hugging Face config (AutoBridge, no weights), then
+our overrides set the shape; that is one Hub download there.
+
+    python -m nemotron.recipes.nano3.stage1_sft.training --scale full --dataset-path runs/.../data_curation \
+        --checkpoint-path runs/nano3/stage0_pretrain/training --data-root /lustre/... --nodes 1 --gpus-per-node 8
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTCheckpoint, Nano3SFTDataset
+from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import TrainingSettings
 
 # Optimizer steps per scale. Tiny: 400 steps of 8 packed rows, lr 3e-3. Measured (one thread, seed 0,
@@ -45,7 +58,8 @@ class Config(TrainingSettings):
     dataset_artifact: str | None = None
     """Or a tracked reference such as `nano3sftdataset:latest`."""
     checkpoint_path: Path | None = None
-    """The MoE Nano3PretrainCheckpoint to start from; default: the dataset's recorded input."""
+    """The MoE Nano3PretrainCheckpoint to start from; default: the dataset's recorded input. At scale: the
+    stage-0 training folder holding its MegatronBridgeRun (default: read it from stdin)."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference."""
     steps: int | None = None
@@ -74,7 +88,7 @@ class Config(TrainingSettings):
     """Seeds the order of the packed rows."""
 
 
-def main(config: Config) -> Nano3SFTCheckpoint:
+def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     import contextlib
     import math
 
@@ -84,6 +98,7 @@ def main(config: Config) -> Nano3SFTCheckpoint:
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.megatron_bridge import FAMILIES, hand_off
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.packed_batches import collate_packed, masked_token_loss, validation_loss
@@ -91,17 +106,26 @@ def main(config: Config) -> Nano3SFTCheckpoint:
     from nemotron.training.samplers import EpochSampler
 
     # --- inputs: the dataset and the MoE model it was made from ---
-    if config.hands_off:
-        raise NemotronError("--scale full: nano3 writes no Megatron-Bridge run folder yet; use Megatron-Bridge's "
-                            "nemotron_3_nano_sft_8gpu_h100_bf16_config, or train --scale tiny|small|medium here")
     dataset = Nano3SFTDataset.load_input(config, "dataset")
+    steps = config.steps or STEPS[config.scale]
+    if config.hands_off:  # at scale: a GPU cluster fine-tunes the stage-0 Megatron checkpoint
+        stage0 = MegatronBridgeRun.load_input(config, "checkpoint")
+        pretrain_recipe = FAMILIES["nano3"].recipes["pretrain"]
+        if not stage0.recipe.endswith(pretrain_recipe):
+            raise NemotronError(f"{stage0.path} is a Megatron-Bridge run of {stage0.recipe}; nano3 SFT starts from "
+                                f"nano3's stage-0 run ({pretrain_recipe}): pass its folder as --checkpoint-path")
+        if dataset.vocab_size is None:
+            raise NemotronError(f"{dataset.path} was curated before Nano3SFTDataset kept its vocabulary size; re-run "
+                                "stage-1 data curation (--pretrain-dataset-path at scale)")
+        return hand_off("sft", config, dataset, steps, dataset.pack_size, stage0.checkpoint_location, family="nano3",
+                        model={"moe_aux_loss_coeff": config.aux_loss_coeff,
+                               "moe_router_bias_update_rate": config.bias_update_rate})
     piped = config.dataset_path is None and config.dataset_artifact is None
     base = load_upstream(Nano3PretrainCheckpoint, path=config.checkpoint_path, reference=config.checkpoint_artifact,
                          scale=config.scale, made_from=[dataset], stdin=piped, flag="--checkpoint-path")
     if base.dense:
         raise NemotronError(f"{base.path} is the dense counterpart; stage 1 fine-tunes the MoE model (stage-0 "
                             "training/, not training_dense/)")
-    steps = config.steps or STEPS[config.scale]
     run = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     train_rows, valid_rows = read_packed(dataset.train_packed), read_packed(dataset.valid_packed)
