@@ -117,7 +117,7 @@ def test_every_override_key_exists_on_the_dataclass_it_targets(artifacts, tmp_pa
 
 def test_recipes_and_their_dataset_classes_are_the_reference_ones():
     assert len(FACTS["megatron_bridge_commit"]) == 40 and FACTS["megatron_core_version"] == "0.16.1"
-    pretrain, sft = (FACTS["recipes"][mb.RECIPES[kind]] for kind in ("pretrain", "sft"))
+    pretrain, sft = (FACTS["recipes"][mb.FAMILIES["nano2"].recipes[kind]] for kind in ("pretrain", "sft"))
     assert (pretrain["template"], sft["template"]) == ("_pretrain_common", "_sft_common")
     assert pretrain["sections"]["dataset"].endswith(":GPTDatasetConfig")
     assert sft["sections"]["dataset"].endswith(":GPTSFTDatasetConfig")
@@ -260,7 +260,7 @@ def test_dpo_at_scale_names_its_engine():
 
 
 def test_a_key_missing_from_the_dataclass_is_refused():
-    recipe = mb.RECIPES["sft"]
+    recipe = mb.FAMILIES["nano2"].recipes["sft"]
     with pytest.raises(NemotronError, match="dataset.offline_packing_specs.packed_train_path is not a field"):
         mb.check_overrides({"dataset": {"offline_packing_specs": {"packed_train_path": "x"}}}, recipe)
     target = FACTS["recipes"][recipe]["sections"]["train"]

@@ -138,10 +138,6 @@ FAMILIES = {
         sft_model_class=HYBRID_PROVIDER,
     ),
 }
-# nano2's, under the names this module had before it knew of other families
-RECIPE_MODULE = FAMILIES["nano2"].recipe_module
-RECIPES = FAMILIES["nano2"].recipes
-RECIPE_TENSOR_PARALLEL = FAMILIES["nano2"].tensor_parallel
 INSTALL_HINT = (
     "Megatron-Bridge is not installed; on a CUDA machine with Transformer Engine run "
     "`pip install 'nemotron[megatron]'` (megatron-bridge==0.6.0), or use the NeMo container, "
