@@ -1,16 +1,17 @@
 """Why hybrid? nano2 tiny against a plain transformer of the same width and depth, for the same CPU time.
 
 Both models train on the same pretraining windows in the same seeded order (the stage-0 dataset of
-`--dataset-path`, or one curated here from all of Shakespeare), with the same AdamW and warmup-cosine
-schedule, for `--seconds` of CPU time each, one after the other in this process with the same thread
-count; then both are scored on the same held-out windows:
+`--dataset-path`, or one curated here from all of Shakespeare), with the same AdamW and a
+warmup-stable-decay schedule laid out in time (`train_for`), for `--seconds` of wall-clock time each,
+one after the other in this process with the same thread count; then both are scored on the same
+held-out windows:
 
 - hybrid: nano2 tiny (`nemotron.models.nano2`, pattern M-*-: Mamba-2, MLP, attention, MLP);
 - transformer: the Llama block nanoGPT-style recipes train (attention + MLP per layer, RoPE, RMSNorm),
   2 layers of the same width, MLP size, heads and vocabulary: the same 4 sub-layers, all attention.
 
-Steps per model are set from a timed warm-up so each gets its share of CPU time; the table prints
-steps, tokens/s and held-out loss (nats per token) side by side, and the loss ratio.
+The table prints steps, seconds trained, tokens/s and held-out loss (nats per token) side by side, and
+the loss ratio. Run it on an otherwise idle machine: each model gets the same wall-clock time.
 
     python benchmarks/bench_hybrid_vs_transformer.py                     # 120 s each
     python benchmarks/bench_hybrid_vs_transformer.py --seconds 60 --dataset-path runs/nano2/stage0_pretrain/data_curation
@@ -33,10 +34,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from nemotron.models.nano2 import SCALES, build_config, build_model, count_parameters
 from nemotron.recipes.nano2.artifacts import PretrainDataset
 from nemotron.training.compute import seed_everything, torch_threads
-from nemotron.training.optim import build_optimizer, warmup_cosine
+from nemotron.training.optim import build_optimizer
 from nemotron.training.windows import TokenWindows, windows_loss
 
-SEQ_LEN, BATCH, LR = 256, 8, 3e-3
+SEQ_LEN, BATCH, LR, WARMUP = 256, 8, 3e-3, 30
 
 
 def transformer(vocab_size: int) -> LlamaForCausalLM:
@@ -51,32 +52,33 @@ def transformer(vocab_size: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(config)
 
 
-def train_for(model, train: TokenWindows, seconds: float) -> tuple[int, float]:
-    """Train for about `seconds`: time 5 steps, set the schedule's length from them, run it."""
+def train_for(model, train: TokenWindows, seconds: float) -> tuple[int, float, float]:
+    """Train for `seconds` of wall-clock time with warmup-stable-decay by the clock: a linear warmup over
+    the first WARMUP steps, the peak rate until 80% of the time has passed, then a linear decay to a tenth
+    over as many steps as the last 20% holds at the rate measured so far. Both models get the same
+    schedule shape in time, whatever their speed, and no step count guessed from a short warm-up (that
+    guess was off by up to 1.5x on a shared machine). Returns (steps, tokens/s, seconds trained)."""
     optimizer = build_optimizer(model, lr=LR)
 
-    def step(scheduler=None) -> None:
+    def step(lr: float) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         batch = train.next_batch()
         logits = model(input_ids=batch[:, :-1], use_cache=False).logits
         F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten()).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if scheduler:
-            scheduler.step()
 
-    started = time.perf_counter()
-    for group in optimizer.param_groups:
-        group["lr"] = LR / 10  # warm-up steps at a tenth of the rate
-    for _ in range(5):
-        step()
-    per_step = (time.perf_counter() - started) / 5
-    steps = max(10, int(seconds / per_step) - 5)
-    scheduler = warmup_cosine(optimizer, steps // 10, steps, 0.1)
-    for _ in range(steps):
-        step(scheduler)
+    started, steps = time.perf_counter(), 0
+    while time.perf_counter() - started < 0.8 * seconds:
+        steps += 1
+        step(LR * min(1.0, steps / WARMUP))
+    decay = max(1, round(steps / 4))  # the last 20% of the time at the rate of the first 80%
+    for index in range(1, decay + 1):
+        step(LR * (1 - 0.9 * index / decay))
     elapsed = time.perf_counter() - started
-    return steps + 5, (steps + 5) * train.tokens_per_batch / elapsed
+    return steps + decay, (steps + decay) * train.tokens_per_batch / elapsed, elapsed
 
 
 def main() -> None:
@@ -102,14 +104,16 @@ def main() -> None:
             seed_everything(0)
             model = build(dataset.vocab_size).train()
             train = TokenWindows(dataset.train_prefixes, SEQ_LEN, BATCH, seed=0)
-            steps, speed = train_for(model, train, args.seconds)
+            steps, speed, elapsed = train_for(model, train, args.seconds)
             loss = windows_loss(model, valid, valid_ids, BATCH)
-            rows.append((name, count_parameters(model), steps, speed, loss))
+            rows.append((name, count_parameters(model), steps, elapsed, speed, loss))
     print(f"{args.seconds:.0f} s of training each, {threads} threads, batch {BATCH} x {SEQ_LEN} tokens, lr {LR}")
-    print(f"{'model':<32} {'params':>9} {'steps':>6} {'tokens/s':>9} {'held-out loss':>14} {'bits/token':>10}")
-    for name, params, steps, speed, loss in rows:
-        print(f"{name:<32} {params / 1e6:>8.2f}M {steps:>6} {speed:>9,.0f} {loss:>14.3f} {loss / math.log(2):>10.3f}")
-    print(f"transformer / hybrid held-out loss: {rows[1][4] / rows[0][4]:.3f}")
+    print(f"{'model':<32} {'params':>9} {'steps':>6} {'seconds':>8} {'tokens/s':>9} {'held-out loss':>14} "
+          f"{'bits/token':>10}")
+    for name, params, steps, elapsed, speed, loss in rows:
+        print(f"{name:<32} {params / 1e6:>8.2f}M {steps:>6} {elapsed:>8.1f} {speed:>9,.0f} {loss:>14.3f} "
+              f"{loss / math.log(2):>10.3f}")
+    print(f"transformer / hybrid held-out loss: {rows[1][5] / rows[0][5]:.3f}")
 
 
 if __name__ == "__main__":
