@@ -23,6 +23,7 @@ from nemotron.recipes.nano3.stage0_pretrain import training
 from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
 from nemotron.recipes.nano3.stage1_sft import training as sft_training
 from nemotron.training import megatron_bridge as mb
+from nemotron.training.megatron_recipes import HYBRID_PROVIDER
 
 FACTS = json.loads(mb.FACTS_PATH.read_text())
 PRETRAIN = "nemotron_3_nano_pretrain_8gpu_h100_bf16_config"
@@ -139,7 +140,7 @@ def test_sft_at_full_fine_tunes_the_stage0_checkpoint_on_our_packed_data(dataset
     # The SFT recipe builds its model through AutoBridge (cast to HybridModelProvider), which the facts
     # cannot follow: the model section is checked against HybridModelProvider, the rest as usual.
     assert "model" not in FACTS["recipes"][SFT]["sections"]
-    mb.check_overrides(overrides, SFT, {"model": mb.HYBRID_PROVIDER})
+    mb.check_overrides(overrides, SFT, {"model": HYBRID_PROVIDER})
     assert overrides["checkpoint"]["pretrained_checkpoint"] == stage0.checkpoint_location
     assert overrides["checkpoint"]["save"] == "/lustre/nemotron/stage1_sft/checkpoints"
     specs = overrides["dataset"]["offline_packing_specs"]
