@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
 
-from nemotron.data_prep.sources import read_shakespeare
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.stage0_pretrain import data_curation
 from nemotron.recipes.nano3.stage0_pretrain import training
 from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
 from nemotron.recipes.nano3.stage1_sft import training as sft_training
@@ -35,13 +34,8 @@ FEW = {"steps": 100, "micro_batch_size": 1, "grad_accum_steps": 4}
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """nano2's stage-0 curation of two plays, at --scale full (the corpus is small at every scale)."""
-    folder = tmp_path_factory.mktemp("blend")
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
-    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
-    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
-    return data_curation.main(data_curation.Config(
-        blend_path=folder / "blend.json", vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
-        scale="full", output_dir=tmp_path_factory.mktemp("runs") / "stage0_pretrain" / "data_curation"))
+    out = tmp_path_factory.mktemp("runs") / "stage0_pretrain" / "data_curation"
+    return curate_two_plays_nano3(tmp_path_factory.mktemp("blend"), out, scale="full")
 
 
 @pytest.fixture(scope="module")

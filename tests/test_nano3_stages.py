@@ -15,17 +15,16 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
+
 from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE
-from nemotron.data_prep.sources import read_shakespeare
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.stage0_pretrain import data_curation
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint
 from nemotron.recipes.nano3.stage0_pretrain import evaluation, training
 from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
@@ -48,13 +47,7 @@ def restore_threads():
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("blend")
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
-    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
-    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
-    return data_curation.main(data_curation.Config(
-        blend_path=folder / "blend.json", vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
-        output_dir=tmp_path_factory.mktemp("data")))
+    return curate_two_plays_nano3(tmp_path_factory.mktemp("blend"), tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")
