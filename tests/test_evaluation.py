@@ -484,6 +484,9 @@ def test_dpo_loss_rejects_bad_settings():
         dpo_loss(t, t, t, t, beta=0.1, variant="kto")
     with pytest.raises(NemotronError, match="one shape per pair"):
         dpo_loss(t, torch.zeros(3), t, t, beta=0.1)
+    # A pair the reference pass did not score (NaN) must never turn into a NaN loss and NaN weights.
+    with pytest.raises(NemotronError, match="no reference log-probs"):
+        dpo_loss(t, t, t, torch.tensor([0.0, float("nan")]), beta=0.1)
 
 
 def test_reward_metrics_hand_values():

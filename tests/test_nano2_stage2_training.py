@@ -174,12 +174,16 @@ def test_reference_logprobs_are_the_sft_models_and_stored_with_the_run(inputs, t
     dataset, sft = inputs
     stored = torch.load(trained.path / REFERENCE_LOGPS, weights_only=True)
     reference = AutoModelForCausalLM.from_pretrained(sft.model_dir)
-    # Every train and validation pair was scored once, before training, by the frozen SFT model.
+    # Scored once, before training, by the frozen SFT model: every validation pair, and the training
+    # pairs the 6 steps of 4 visit (24); the others are NaN, never read (dpo_loss would refuse them).
     for split, tokens_path in (("train", dataset.train_tokens), ("valid", dataset.valid_tokens)):
         expected_chosen, expected_rejected = pair_logprobs(reference, *read_tokenized_pairs(tokens_path))
         chosen, rejected = stored["logps"][split]
-        assert torch.allclose(chosen, expected_chosen, atol=1e-4)
-        assert torch.allclose(rejected, expected_rejected, atol=1e-4)
+        scored = ~chosen.isnan()
+        assert torch.equal(scored, ~rejected.isnan())
+        assert int(scored.sum()) == (6 * 4 if split == "train" else len(expected_chosen))
+        assert torch.allclose(chosen[scored], expected_chosen[scored], atol=1e-4)
+        assert torch.allclose(rejected[scored], expected_rejected[scored], atol=1e-4)
 
 
 def test_same_config_and_seed_give_the_same_model_and_digest(inputs, trained, tmp_path):

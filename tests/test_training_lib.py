@@ -20,6 +20,7 @@ from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, sav
 from nemotron.training.compute import all_reduce_mean, seed_everything, setup_distributed
 from nemotron.training.metrics import MetricsLog, read_metrics
 from nemotron.training.optim import build_optimizer, warmup_cosine
+from nemotron.training.samplers import EpochSampler
 from nemotron.training.windows import TokenWindows
 
 VOCAB = 300
@@ -104,6 +105,17 @@ def test_an_epoch_visits_every_window_once_in_a_seeded_order(tmp_path):
     assert windows.state_dict()["epoch"] == 1 and windows.state_dict()["index"] == 0
     other_seed = TokenWindows(prefixes, seq_len=SEQ_LEN, batch_size=1, seed=6)
     assert [tuple(other_seed.next_batch()[0, :8].tolist()) for _ in range(5)] != epoch[:5]
+
+
+@pytest.mark.parametrize("steps", [1, 4, 30])
+def test_items_of_first_steps_are_exactly_what_every_rank_trains_on(steps):
+    # What DPO's one-time reference pass scores: nothing a step hands out may be missing from it.
+    items = [f"pair-{i}" for i in range(50)]
+    ranks = [EpochSampler(items, micro_batch_size=2, accumulation=2, seed=3, rank=r, world_size=2) for r in (0, 1)]
+    handed_out = {item for sampler in ranks for _ in range(steps) for micro in sampler.next_step() for item in micro}
+    expected = EpochSampler(items, 2, 2, seed=3, rank=0, world_size=2).items_of_first_steps(steps)
+    assert set(expected) == handed_out and len(expected) == len(handed_out) == min(steps * 8, 50)
+    assert expected == sorted(expected, key=items.index)  # in item order
 
 
 def test_windows_are_deterministic_and_resume_from_their_state(tmp_path):

@@ -12,8 +12,9 @@
 
 - `dpo_step_metrics(...)`, `dpo_validation(...)`: what a DPO training step logs, averaged over ranks,
   and the same numbers on held-out pairs.
-- `save_reference_logps` / `load_reference_logps`: the frozen reference's log-probs, computed once
-  per run and stored beside its checkpoints, keyed by the run's identity (a resumed run reads them).
+- `reference_pass(...)`: the frozen reference's log-probs of the pairs a run trains on, in one pass;
+  `save_reference_logps` / `load_reference_logps` store them beside the run's checkpoints, keyed by
+  the run's identity (a resumed run reads them).
 
 Log-probs are *summed* over completion tokens (`nemotron.training.logprobs`), as in the DPO paper.
 """
@@ -92,6 +93,11 @@ def dpo_loss(
         reference_rejected_logps=reference_rejected_logps,
     )
     check_dpo_settings(beta, variant, label_smoothing)
+    if reference_chosen_logps.isnan().any() or reference_rejected_logps.isnan().any():
+        raise NemotronError(
+            "a pair in this batch has no reference log-probs (NaN: the reference pass did not score it); "
+            "delete reference_logps.pt from the run folder and re-run"
+        )
     chosen_log_ratio = policy_chosen_logps - reference_chosen_logps
     rejected_log_ratio = policy_rejected_logps - reference_rejected_logps
     h = chosen_log_ratio - rejected_log_ratio
@@ -156,6 +162,24 @@ def dpo_validation(
         "val_reward_accuracy": rewards["reward_accuracy"],
         "val_reward_margin": rewards["reward_margin"],
     }
+
+
+def reference_pass(model, pairs: tuple, indices: list[int], batch_size: int) -> Logps:
+    """The frozen reference's summed log-probs of the pairs at `indices` (tokenized `(prompts, chosen,
+    rejected)`), as tensors over ALL pairs with NaN where a pair was not scored.
+
+    A run scores only the pairs its steps will visit (`EpochSampler.items_of_first_steps`): at tiny,
+    60 steps of 8 pairs visit 480 of ~1,600, so the pass costs a third of scoring them all. A NaN
+    can never reach the loss unnoticed: `dpo_loss` refuses it.
+    """
+    prompts, chosen, rejected = pairs
+    scored = pair_logprobs(model, *([side[i] for i in indices] for side in pairs), batch_size=batch_size)
+    full = []
+    for values in scored:
+        side = torch.full((len(prompts),), float("nan"), dtype=values.dtype)
+        side[indices] = values
+        full.append(side)
+    return full[0], full[1]
 
 
 def save_reference_logps(path: Path, run_identity: dict, logps: dict[str, Logps]) -> None:
