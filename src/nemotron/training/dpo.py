@@ -172,11 +172,10 @@ def reference_pass(model, pairs: tuple, indices: list[int], batch_size: int) -> 
     60 steps of 8 pairs visit 480 of ~1,600, so the pass costs a third of scoring them all. A NaN
     can never reach the loss unnoticed: `dpo_loss` refuses it.
     """
-    prompts, chosen, rejected = pairs
     scored = pair_logprobs(model, *([side[i] for i in indices] for side in pairs), batch_size=batch_size)
     full = []
     for values in scored:
-        side = torch.full((len(prompts),), float("nan"), dtype=values.dtype)
+        side = torch.full((len(pairs[0]),), float("nan"), dtype=values.dtype)
         side[indices] = values
         full.append(side)
     return full[0], full[1]
