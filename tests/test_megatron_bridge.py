@@ -7,9 +7,11 @@ and what type GPTDatasetConfig's blend has. These tests read only that file, nev
 """
 
 import json
+import math
 import os
 import sys
 import typing
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +27,7 @@ from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.training import megatron_bridge as mb
+from nemotron.training.optim import WarmupCosine, WarmupStableDecay
 
 FACTS = json.loads(mb.FACTS_PATH.read_text())
 CHATS = [
@@ -113,6 +116,40 @@ def test_every_override_key_exists_on_the_dataclass_it_targets(artifacts, tmp_pa
             target = recipe["sections"].get(section) or FACTS["config_container"][section]["classes"][0]
             assert FACTS["classes"][target]["source"], f"{target} was not found in the reference"
             assert unknown_keys(values, target, section) == [], plan.recipe_function
+
+
+def megatron_lr(overrides, iteration):
+    """The rate Megatron-Core's OptimizerParamScheduler gives after warmup, read from the written
+    overrides alone (its decay styles, as in megatron/core/optimizer_param_scheduler.py)."""
+    scheduler, lr, min_lr = overrides["scheduler"], overrides["optimizer"]["lr"], overrides["optimizer"]["min_lr"]
+    warmup, decay = scheduler["lr_warmup_iters"], scheduler["lr_decay_iters"]
+    if scheduler["lr_decay_style"] == "cosine":
+        coeff = 0.5 * (math.cos(math.pi * (iteration - warmup) / (decay - warmup)) + 1)
+    else:
+        assert scheduler["lr_decay_style"] == "WSD"
+        anneal_start = decay - scheduler["lr_wsd_decay_iters"]
+        ratio = max(0, iteration - anneal_start) / scheduler["lr_wsd_decay_iters"]
+        coeff = {"linear": 1 - ratio, "cosine": 0.5 * (math.cos(math.pi * ratio) + 1),
+                 "exponential": 2 * 0.5**ratio - 1, "minus_sqrt": 1 - math.sqrt(ratio)}[scheduler["lr_wsd_decay_style"]]
+    return min_lr + coeff * (lr - min_lr)
+
+
+@pytest.mark.parametrize("wsd_decay_iters", [None, 20])
+def test_the_schedule_is_carried_over_as_the_same_curve(artifacts, tmp_path, wsd_decay_iters):
+    schedule = replace(SCHEDULE, wsd_decay_iters=wsd_decay_iters)
+    plan = mb.write_run_folder("pretrain", artifacts.pretrain, "tiny", schedule, CLUSTER, tmp_path)
+    overrides = yaml.safe_load((Path(plan.run_folder) / "overrides.yaml").read_text())
+    fields = all_fields("megatron.bridge.training.config:SchedulerConfig")[0]
+    for name in ("lr_decay_style", "lr_wsd_decay_style"):  # values their Literal types allow
+        assert name not in overrides["scheduler"] or f"'{overrides['scheduler'][name]}'" in fields[name]
+    ratio = schedule.min_lr / schedule.lr
+    if wsd_decay_iters is None:
+        ours = WarmupCosine(schedule.warmup_iters, schedule.train_iters, ratio)
+    else:
+        ours = WarmupStableDecay(schedule.warmup_iters, schedule.train_iters, ratio, wsd_decay_iters / schedule.train_iters)
+    # After warmup, the rate Megatron computes from the overrides is the one our loop uses, step for step.
+    for iteration in range(schedule.warmup_iters, schedule.train_iters + 1):
+        assert schedule.lr * ours(iteration) == pytest.approx(megatron_lr(overrides, iteration), rel=1e-9)
 
 
 def test_recipes_and_their_dataset_classes_are_the_reference_ones():

@@ -38,7 +38,12 @@ def test_full_scale_dry_run_prints_a_complete_plan_for_every_stage(tmp_path):
         assert artifact["type"] == "megatronbridgerun" and artifact["launched"] is False
     stage0 = yaml.safe_load((out / "stage0_pretrain/training/megatron_bridge/overrides.yaml").read_text())
     assert all(p.startswith("s3://bucket/prefix/") for p in stage0["dataset"]["blend_per_split"][0][0])
+    # Each step's own schedule: stage 0 warmup-stable-decay (its default, decay over the last 20%), SFT cosine.
+    iters = stage0["train"]["train_iters"]
+    assert stage0["scheduler"] == {"lr_warmup_iters": iters // 10, "lr_decay_iters": iters, "lr_decay_style": "WSD",
+                                   "lr_wsd_decay_style": "linear", "lr_wsd_decay_iters": round(0.2 * iters)}
     stage1 = yaml.safe_load((out / "stage1_sft/training/megatron_bridge/overrides.yaml").read_text())
+    assert stage1["scheduler"]["lr_decay_style"] == "cosine" and "lr_wsd_decay_iters" not in stage1["scheduler"]
     stage0_run = json.loads((out / "stage0_pretrain/training/metadata.json").read_text())
     assert stage1["checkpoint"]["pretrained_checkpoint"] == stage0_run["checkpoint_location"]
     assert "Stage 2 (DPO) at scale runs on NeMo-RL" in result.stderr

@@ -146,6 +146,9 @@ class Schedule:
     eval_iters: int = 32
     save_interval: int = 1000
     seed: int = 0
+    wsd_decay_iters: int | None = None
+    """Warmup-stable-decay: the rate holds at `lr` and decays linearly to `min_lr` over these last
+    iterations (our `--schedule wsd`); None: cosine decay over the whole run (`--schedule cosine`)."""
 
 
 @dataclass
@@ -318,6 +321,18 @@ def write_run_folder(kind: Literal["pretrain", "sft"], dataset: Any, scale: str,
     return plan
 
 
+def scheduler_overrides(schedule: Schedule) -> dict[str, Any]:
+    """Our schedule in Megatron-Core's terms: warmup, then cosine decay to min_lr over the whole run, or
+    (WSD) the peak rate until the last `wsd_decay_iters`, then a linear decay to min_lr, as
+    `nemotron.training.optim.WarmupStableDecay` does (Megatron's `lr_wsd_decay_style: linear` is
+    min_lr + (1 - progress) x (lr - min_lr), the same line)."""
+    scheduler = {"lr_warmup_iters": schedule.warmup_iters, "lr_decay_iters": schedule.train_iters}
+    if schedule.wsd_decay_iters is None:
+        return scheduler | {"lr_decay_style": "cosine"}
+    return scheduler | {"lr_decay_style": "WSD", "lr_wsd_decay_style": "linear",
+                        "lr_wsd_decay_iters": schedule.wsd_decay_iters}
+
+
 def _common_overrides(family: str, schedule: Schedule, scale: str, tp: int, ep: int,
                       vocab_size: int) -> dict[str, Any]:
     # The shape is written at every scale, the full one too, where it equals the recipe's (tested), so
@@ -334,9 +349,7 @@ def _common_overrides(family: str, schedule: Schedule, scale: str, tp: int, ep: 
         "optimizer": {"lr": schedule.lr, "min_lr": schedule.min_lr, "weight_decay": schedule.weight_decay,
                       "clip_grad": schedule.grad_clip, "adam_beta1": schedule.adam_beta1,
                       "adam_beta2": schedule.adam_beta2},
-        # warmup then cosine decay to min_lr over the whole run, as our own loop does
-        "scheduler": {"lr_warmup_iters": schedule.warmup_iters, "lr_decay_iters": schedule.train_iters,
-                      "lr_decay_style": "cosine"},
+        "scheduler": scheduler_overrides(schedule),
         "checkpoint": {"save_interval": schedule.save_interval},
         "rng": {"seed": schedule.seed},
         "tokenizer": {"vocab_size": vocab_size},
@@ -475,7 +488,7 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
     `--dry-run`, print it), and save a `MegatronBridgeRun` artifact in the step's output folder.
 
     `config` is the step's Config (`TrainingSettings` fields plus micro_batch_size, grad_accum_steps,
-    lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip); the global batch is the step's
+    lr, min_lr_ratio, warmup_steps, schedule, decay_fraction, weight_decay, grad_clip); the global batch is the step's
     micro batch x accumulation x the data-parallel ranks of the cluster. `family` picks the recipes
     (FAMILIES) and the model shape; `model` adds model-provider fields (see `write_run_folder`).
     """
@@ -493,6 +506,7 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
         warmup_iters=steps // 10 if config.warmup_steps is None else config.warmup_steps,
         weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_interval=config.eval_every,
         save_interval=config.checkpoint_every, seed=config.seed,
+        wsd_decay_iters=max(1, round(config.decay_fraction * steps)) if config.schedule == "wsd" else None,
     )
     out = Path(config.output_dir)
     plan = write_run_folder(kind, dataset, config.scale, schedule, settings, out / "megatron_bridge", init_checkpoint,
