@@ -100,11 +100,11 @@ def main(config: Config) -> SyntheticDataset:
     started = time.perf_counter()
     # --- setup: seed data, strategies (templates checked), the endpoint checked: all before any request ---
     num_documents = config.num_documents or apply_scale(FULL_DOCUMENTS, config.scale)
+    extra = load_template_dir(config.template_dir) if config.template_dir else None
+    strategies = select(config.strategies, extra)  # a misspelled name is the first and only line
     records, seed_files = load_seed(config.seed_source, num_documents=num_documents, seed=config.seed)
     stats = seed_stats(records)
     print(format_stats(stats), file=sys.stderr)
-    extra = load_template_dir(config.template_dir) if config.template_dir else None
-    strategies = select(config.strategies, extra)
     client = Client(config.endpoint)
     rephraser = Rephraser(client, strategies, records, max_seed_chars=config.max_seed_chars,
                           max_field_chars=config.max_field_chars, max_list_items=config.max_list_items,
