@@ -487,9 +487,9 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
     """What a training step does instead of its loop at scale: write the run folder, launch it (or, with
     `--dry-run`, print it), and save a `MegatronBridgeRun` artifact in the step's output folder.
 
-    `config` is the step's Config (`TrainingSettings` fields plus micro_batch_size, grad_accum_steps,
-    lr, min_lr_ratio, warmup_steps, schedule, decay_fraction, weight_decay, grad_clip); the global batch is the step's
-    micro batch x accumulation x the data-parallel ranks of the cluster. `family` picks the recipes
+    `config` is the step's Config (`TrainingSettings` fields, schedule and decay_fraction among them,
+    plus micro_batch_size, grad_accum_steps, lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip);
+    the global batch is the step's micro batch x accumulation x the data-parallel ranks of the cluster. `family` picks the recipes
     (FAMILIES) and the model shape; `model` adds model-provider fields (see `write_run_folder`).
     """
     from nemotron.training.artifacts import MegatronBridgeRun
