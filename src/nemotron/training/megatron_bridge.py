@@ -489,8 +489,9 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
 
     `config` is the step's Config (`TrainingSettings` fields, schedule and decay_fraction among them,
     plus micro_batch_size, grad_accum_steps, lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip);
-    the global batch is the step's micro batch x accumulation x the data-parallel ranks of the cluster. `family` picks the recipes
-    (FAMILIES) and the model shape; `model` adds model-provider fields (see `write_run_folder`).
+    the global batch is the step's micro batch x accumulation x the data-parallel ranks of the cluster.
+    `family` picks the recipes (FAMILIES) and the model shape; `model` adds model-provider fields (see
+    `write_run_folder`).
     """
     from nemotron.training.artifacts import MegatronBridgeRun
 
