@@ -146,7 +146,8 @@ def test_the_schedule_is_carried_over_as_the_same_curve(artifacts, tmp_path, wsd
     if wsd_decay_iters is None:
         ours = WarmupCosine(schedule.warmup_iters, schedule.train_iters, ratio)
     else:
-        ours = WarmupStableDecay(schedule.warmup_iters, schedule.train_iters, ratio, wsd_decay_iters / schedule.train_iters)
+        decay_fraction = wsd_decay_iters / schedule.train_iters
+        ours = WarmupStableDecay(schedule.warmup_iters, schedule.train_iters, ratio, decay_fraction)
     # After warmup, the rate Megatron computes from the overrides is the one our loop uses, step for step.
     for iteration in range(schedule.warmup_iters, schedule.train_iters + 1):
         assert schedule.lr * ours(iteration) == pytest.approx(megatron_lr(overrides, iteration), rel=1e-9)
