@@ -133,9 +133,9 @@ def check_overrides(overrides: dict[str, Any], recipe: str, known: dict[str, str
 
     def walk(values: dict[str, Any], key: str, where: str) -> None:
         fields, complete = class_fields(key)
-        known = set(fields) | (set() if complete else set(facts()["classes"][key].get("used_keys", [])))
+        allowed = set(fields) | (set() if complete else set(facts()["classes"][key].get("used_keys", [])))
         for name, value in values.items():
-            if name not in known:
+            if name not in allowed:
                 raise NemotronError(f"overrides: {where}.{name} is not a field of {key} "
                                     f"(Megatron-Bridge {facts()['megatron_bridge_commit'][:12]})")
             nested = [k for k in facts()["classes"]
