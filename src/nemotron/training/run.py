@@ -234,8 +234,7 @@ class TrainingRun:
                 },
                 **fields,
             ).save()
-        barrier()
-        cleanup()
+        cleanup()  # every rank waits here for rank 0's files, then leaves the process group
         return artifact or artifact_class.from_path(self.out)
 
 
