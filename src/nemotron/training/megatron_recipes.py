@@ -9,13 +9,15 @@
   mixture of experts);
 - the facts (`megatron_bridge_facts.json`, extracted from the reference source with ast by
   scripts/extract_megatron_bridge_facts.py): `check_overrides` refuses any override key that is not a
-  field of the dataclass it targets, so a run folder never carries a typo to the cluster.
+  field of the dataclass it targets, and any value a `Literal` field does not allow, so a run folder
+  never carries a typo to the cluster.
 
 Nothing here imports Megatron-Bridge.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -128,7 +130,8 @@ def section_class(recipe: str, section: str, known: dict[str, str] | None = None
 
 
 def check_overrides(overrides: dict[str, Any], recipe: str, known: dict[str, str] | None = None) -> None:
-    """Every key must exist on the dataclass it targets (per the facts); nested dataclasses too.
+    """Every key must exist on the dataclass it targets (per the facts), in nested dataclasses too, and
+    a value of a `Literal` field must be one it allows.
     `known`: section -> facts class, for sections the recipe's facts do not name (see `section_class`)."""
 
     def walk(values: dict[str, Any], key: str, where: str) -> None:
@@ -138,6 +141,10 @@ def check_overrides(overrides: dict[str, Any], recipe: str, known: dict[str, str
             if name not in allowed:
                 raise NemotronError(f"overrides: {where}.{name} is not a field of {key} "
                                     f"(Megatron-Bridge {facts()['megatron_bridge_commit'][:12]})")
+            choices = literal_values(fields.get(name, ""))
+            if choices is not None and value not in choices:
+                raise NemotronError(f"overrides: {where}.{name} = {value!r} is not one of {choices}, the values "
+                                    f"{key} allows (Megatron-Bridge {facts()['megatron_bridge_commit'][:12]})")
             nested = [k for k in facts()["classes"]
                       if any(k.endswith(f":{n}") for n in _names(fields.get(name, "")))]
             if isinstance(value, dict) and nested and facts()["classes"][nested[0]].get("dataclass"):
@@ -147,6 +154,37 @@ def check_overrides(overrides: dict[str, Any], recipe: str, known: dict[str, str
         target = section_class(recipe, section, known)
         if isinstance(values, dict):
             walk(values, target, section)
+
+
+def literal_values(annotation: str) -> list[Any] | None:
+    """The values a `Literal[...]` annotation allows (None too under `Optional` or `| None`); None when
+    the annotation also admits other types, e.g. `Literal['auto'] | int`, or is not a Literal at all."""
+    try:
+        tree = ast.parse(annotation, mode="eval").body
+    except SyntaxError:
+        return None
+    values: list[Any] = []
+
+    def collect(node: ast.expr) -> bool:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return collect(node.left) and collect(node.right)
+        if isinstance(node, ast.Constant) and node.value is None:
+            values.append(None)
+            return True
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+            return False
+        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if node.value.id == "Literal":
+            try:
+                values.extend(ast.literal_eval(element) for element in inner)
+            except ValueError:  # a name, not a constant
+                return False
+            return True
+        if node.value.id == "Optional":
+            values.append(None)
+        return node.value.id in ("Optional", "Union") and all(collect(element) for element in inner)
+
+    return values if collect(tree) else None
 
 
 def _names(annotation: str) -> list[str]:
