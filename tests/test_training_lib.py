@@ -331,8 +331,8 @@ def test_two_processes_under_torchrun_average_with_gloo(tmp_path):
 
 # The end of a DDP run, many times over: a step's backward pass, then cleanup() of its group, then
 # the step returns and frees the DDP wrapper, the model and the group at once. With cleanup() as a
-# plain barrier + destroy, Gloo's worker thread and the main thread deadlocked here within the first
-# 50 rounds in every run we made; cleanup() keeps the final barrier's Work so the worker never frees it.
+# plain barrier + destroy, Gloo's worker thread and the main thread deadlocked here in every run we
+# made (of 200 rounds); cleanup() keeps the final barrier's Work so the worker never frees it.
 LEAVE_WORKER = """
 import sys
 import torch
