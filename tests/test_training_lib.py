@@ -19,7 +19,7 @@ from nemotron.models.nano2 import build_config, build_model
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import all_reduce_mean, seed_everything, setup_distributed
 from nemotron.training.metrics import MetricsLog, read_metrics
-from nemotron.training.optim import build_optimizer, warmup_cosine
+from nemotron.training.optim import WarmupStableDecay, build_optimizer, warmup_cosine, wsd_decay_steps
 from nemotron.training.samplers import EpochSampler
 from nemotron.training.windows import TokenWindows
 
@@ -82,6 +82,15 @@ def test_schedule_rejects_warmup_longer_than_training():
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
     with pytest.raises(NemotronError, match="warmup_steps=20"):
         warmup_cosine(optimizer, warmup_steps=20, total_steps=10)
+
+
+def test_wsd_anneals_over_its_fraction_of_the_steps_and_refuses_a_fraction_outside_0_to_1():
+    # The one rule for both our loop (WarmupStableDecay) and Megatron's lr_wsd_decay_iters at scale.
+    assert [wsd_decay_steps(fraction, 300) for fraction in (0.2, 1.0, 0.001)] == [60, 300, 1]
+    assert WarmupStableDecay(10, 300, 0.1, 0.2).decay_steps == 60
+    for fraction in (0.0, 1.5):
+        with pytest.raises(NemotronError, match=rf"--decay-fraction {fraction} must be in \(0, 1\]"):
+            wsd_decay_steps(fraction, 300)
 
 
 # ---- token windows -------------------------------------------------------------------------------

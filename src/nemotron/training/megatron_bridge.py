@@ -494,6 +494,7 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
     `write_run_folder`).
     """
     from nemotron.training.artifacts import MegatronBridgeRun
+    from nemotron.training.optim import wsd_decay_steps
 
     settings = MegatronBridgeLaunch(data_root=config.data_root, nodes=config.nodes,
                                     gpus_per_node=config.gpus_per_node, container_image=config.container_image)
@@ -507,7 +508,7 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
         warmup_iters=steps // 10 if config.warmup_steps is None else config.warmup_steps,
         weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_interval=config.eval_every,
         save_interval=config.checkpoint_every, seed=config.seed,
-        wsd_decay_iters=max(1, round(config.decay_fraction * steps)) if config.schedule == "wsd" else None,
+        wsd_decay_iters=wsd_decay_steps(config.decay_fraction, steps) if config.schedule == "wsd" else None,
     )
     out = Path(config.output_dir)
     plan = write_run_folder(kind, dataset, config.scale, schedule, settings, out / "megatron_bridge", init_checkpoint,

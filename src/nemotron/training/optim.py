@@ -104,7 +104,7 @@ class WarmupStableDecay(WarmupCosine):
 
     def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float, decay_fraction: float) -> None:
         super().__init__(warmup_steps, total_steps, min_lr_ratio)
-        self.decay_steps = max(1, round(decay_fraction * total_steps))
+        self.decay_steps = wsd_decay_steps(decay_fraction, total_steps)
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -114,6 +114,14 @@ class WarmupStableDecay(WarmupCosine):
             return 1.0
         progress = min(1.0, (step - decay_start) / self.decay_steps)
         return 1.0 - (1.0 - self.min_lr_ratio) * progress
+
+
+def wsd_decay_steps(decay_fraction: float, total_steps: int) -> int:
+    """How many of the last steps a warmup-stable-decay run anneals over: `decay_fraction` of them, at
+    least one (our loop's `WarmupStableDecay`, and Megatron's `lr_wsd_decay_iters` at scale)."""
+    if not 0.0 < decay_fraction <= 1.0:
+        raise NemotronError(f"--decay-fraction {decay_fraction} must be in (0, 1]; 0.2 decays over the last 20%")
+    return max(1, round(decay_fraction * total_steps))
 
 
 def warmup_cosine(
@@ -133,8 +141,6 @@ def warmup_cosine(
         raise NemotronError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}; pass e.g. 0.1")
     if decay_fraction is None:
         return LambdaLR(optimizer, WarmupCosine(warmup_steps, total_steps, min_lr_ratio))
-    if not 0.0 < decay_fraction <= 1.0:
-        raise NemotronError(f"--decay-fraction {decay_fraction} must be in (0, 1]; 0.2 decays over the last 20%")
     return LambdaLR(optimizer, WarmupStableDecay(warmup_steps, total_steps, min_lr_ratio, decay_fraction))
 
 
