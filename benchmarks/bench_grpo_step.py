@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from nemotron.data_prep.nano3_chat import render_nano3, tokenize_nano3_prompt
+from nemotron.data_prep.chat.nano3 import render_nano3, tokenize_nano3_prompt
 from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer, train_tokenizer
 from nemotron.data_prep.verifiable import addition_problems, reward, score
 from nemotron.models import nano3

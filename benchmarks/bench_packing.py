@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import chatterbot_corpus
 import yaml
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.packing import PackingConfig, pack_conversations
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 

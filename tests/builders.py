@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint
 

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from nemotron.data_prep.chat_template import (
+from nemotron.data_prep.chat.nano2 import (
     GENERATION_PROMPT,
     NANO2_CHAT_TEMPLATE,
     render_prompt,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.shards import plan_run, run_shards
@@ -59,7 +59,7 @@ def test_sft_pipeline_packs_every_conversation_once(data, tmp_path):
     rows = [row for paths in result.data_paths.values() for path in paths for row in read_packed(path)]
     assert result.total_sequences == len(rows) > 0
     assert result.total_conversations == sum(len(row.seq_start_id) for row in rows) == len(CHATS)
-    with pytest.raises(NemotronError, match="chat_template='chatml' is not supported"):
+    with pytest.raises(NemotronError, match="unknown chat template 'chatml'; use one of nano2, nano3"):
         run_sft_pipeline(blend=blend, output_dir=tmp_path / "x", tokenizer=data["tokenizer"], chat_template="chatml")
 
 

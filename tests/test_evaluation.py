@@ -19,7 +19,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation, tokenize_prompt
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation, tokenize_prompt
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID, load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.evaluation.generation import greedy_samples

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.data_prep.harmony import (
+from nemotron.data_prep.chat.harmony import (
     HarmonyError,
     HarmonyMessage,
     developer_content,
@@ -147,7 +147,7 @@ def test_parse_gives_back_the_messages(reference, tools):
 
 def test_special_token_ids(reference):
     _, encoding = reference
-    from nemotron.data_prep.harmony import SPECIAL_TOKEN_IDS, o200k_harmony
+    from nemotron.data_prep.chat.harmony import SPECIAL_TOKEN_IDS, o200k_harmony
 
     for marker, token_id in SPECIAL_TOKEN_IDS.items():
         assert encoding.encode(marker, allowed_special="all") == [token_id]

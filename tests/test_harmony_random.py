@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from test_harmony import reference  # noqa: F401  (the session fixture: openai-harmony, offline)
 
-from nemotron.data_prep.harmony import (
+from nemotron.data_prep.chat.harmony import (
     CALL,
     CHANNEL,
     CHANNELS,

@@ -60,6 +60,115 @@ def test_imports_point_down_only(path):
     assert not wrong, f"{path.relative_to(SRC)} ({own}) imports {wrong}, which sit above it"
 
 
+# ---------------------------------------------------------------------------------------------------
+# No import cycles, inside a layer too (issue 23): a cycle means two modules are one concept, or a
+# helper sits in the wrong one; a function-level import that "breaks" it still couples them.
+# ---------------------------------------------------------------------------------------------------
+
+
+def module_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of `package` it imports anywhere in its file (module or function level;
+    not under `if TYPE_CHECKING:`, which never runs and only names types for annotations).
+
+    `from a.b import c` points at the module a.b.c when c is a module, else at a.b (a package's
+    `__init__`). Only the named module counts, not the parent packages Python also runs, so a package
+    that re-exports its submodules is not a cycle with them."""
+    names = {".".join((package, *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__"): p
+             for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        edges = set()
+        for node in runtime_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names}
+                continue
+            base = node.module or ""
+            if node.level:  # relative: from the module's own package, one package up per extra dot
+                own = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = ".".join(own[: len(own) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                edges.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in names else base)
+        graph[name] = {edge for edge in edges if edge in names and edge != name}
+    return graph
+
+
+def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo += node.orelse
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        todo += ast.iter_child_nodes(node)
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (a -> b -> ... -> a) per strongly connected group of modules (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = {stack.pop()}
+            while module not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [_cycle_through(graph, group) for group in groups]
+
+
+def _cycle_through(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """The shortest path from the group's first module back to itself (breadth-first)."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target in sorted(graph[module] & group):
+                if target == start:
+                    return paths[module] + [start]
+                if target not in paths:
+                    paths[target] = paths[module] + [target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {sorted(group)}")
+
+
+def test_no_import_cycle_inside_nemotron():
+    cycles = import_cycles(module_graph(SRC, "nemotron"))
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg.a import x\n")  # re-exporting a submodule: no cycle
+    (package / "a.py").write_text("from pkg.sub.b import y\nx = 1\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("def y():\n    from pkg.sub import c\n")
+    (package / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nfrom .. import a\n"
+                                         "if TYPE_CHECKING:\n    from pkg.sub import b\n")  # types only: no edge
+    assert import_cycles(module_graph(package, "pkg")) == [["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]]
+
+
 # Every recipe module but package files: stage steps, and pipelines whose steps sit in the recipe folder.
 STEPS = sorted(p for p in (SRC / "recipes").rglob("*.py") if not p.name.startswith("__") and p.parent != SRC / "recipes")
 
@@ -79,7 +188,8 @@ def test_the_layer_test_sees_every_step():
 CURATION_STEPS = [p for p in STEPS if p.name in ("data_curation.py", "normalize.py", "pools.py", "synthetic_data.py")]
 LIGHT = ["nemotron.recipes.nano2.artifacts", "nemotron.artifact", "nemotron.cli", "nemotron.recipes.orchestration",
          "nemotron.recipes.nano2.__main__", "nemotron.recipes.nano3.artifacts", "nemotron.recipes.nano3.__main__",
-         "nemotron.data_prep.nano3_chat", "nemotron.data_prep.verifiable"]
+         "nemotron.data_prep.chat.nano3", "nemotron.data_prep.chat.templates", "nemotron.data_prep.chat.harmony",
+         "nemotron.data_prep.verifiable"]
 
 
 def module_name(path: Path) -> str:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.indexed import IndexedWriter
 from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer

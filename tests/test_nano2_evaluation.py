@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.indexed import IndexedReader, IndexedWriter
 from nemotron.data_prep.preference import read_pairs, tokenize_pairs

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from nemotron.artifact import source_ref
 from nemotron.data_prep.blend import cap_documents
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.sources import (
     Document,

@@ -158,7 +158,7 @@ def test_refuses_a_tokenizer_without_chat_tokens(tmp_path):
 
 def test_refuses_a_tokenizer_without_the_chat_template(tmp_path):
     bad = make_pretrain_checkpoint(tmp_path / "untemplated", chat_template=False)
-    with pytest.raises(NemotronError, match=r"no chat template.*NANO2_CHAT_TEMPLATE"):
+    with pytest.raises(NemotronError, match=r"no chat template.*chat_template_named\('nano2'\)"):
         main(Config(checkpoint_path=bad.path, output_dir=tmp_path / "out"))
 
 

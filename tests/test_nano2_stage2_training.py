@@ -29,7 +29,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nemotron.cli import run
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.conversations import chatterbot_pool, dedup_conversations, filter_conversations
 from nemotron.data_prep.preference import (
     build_pairs,

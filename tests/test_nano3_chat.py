@@ -10,14 +10,14 @@ Jinja template and our tokenization must all reproduce those strings.
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from nemotron.data_prep.chat_template import chat_template_named
-from nemotron.data_prep.nano3_chat import (
+from nemotron.data_prep.chat.nano3 import (
     NANO3_CHAT_TEMPLATE,
     render_nano3,
     split_reasoning,
     tokenize_nano3_conversation,
     tokenize_nano3_prompt,
 )
+from nemotron.data_prep.chat.templates import chat_template_named
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 
@@ -70,7 +70,7 @@ def test_our_jinja_template_matches_the_published_template(name, messages, promp
 def tokenizer(tmp_path_factory):
     corpus = [render_nano3(case[1], case[2], case[3]) for case in PUBLISHED] * 10
     folder = tmp_path_factory.mktemp("tok") / "nano3"
-    train_tokenizer(corpus, vocab_size=400, output_dir=folder, chat_template=chat_template_named("nano3"))
+    train_tokenizer(corpus, vocab_size=400, output_dir=folder, chat_template=chat_template_named("nano3").jinja)
     return load_tokenizer(folder)
 
 
@@ -127,6 +127,6 @@ def test_bad_conversations_are_one_clear_error(tokenizer, messages, fragment):
 
 
 def test_templates_are_selectable_by_name():
-    assert chat_template_named("nano3") == NANO3_CHAT_TEMPLATE
+    assert chat_template_named("nano3").jinja == NANO3_CHAT_TEMPLATE
     with pytest.raises(NemotronError, match="unknown chat template 'nano4'; use one of nano2, nano3"):
         chat_template_named("nano4")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nemotron.data_prep import verifiable
-from nemotron.data_prep.nano3_chat import render_nano3
+from nemotron.data_prep.chat.nano3 import render_nano3
 from nemotron.errors import NemotronError
 from nemotron.training.grpo import check_group_size, group_advantages, policy_loss
 

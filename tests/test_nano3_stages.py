@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
 
-from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE, tokenize_conversation
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.packing import (
     PackingConfig,
     pack_conversations,

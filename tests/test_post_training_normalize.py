@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from nemotron.data_prep.harmony import parse
+from nemotron.data_prep.chat.harmony import parse
 from nemotron.data_prep.post_training.records import Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import SCHEMA, read_records, split_files
 from nemotron.errors import NemotronError

@@ -19,7 +19,7 @@ pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.moto_server.threaded_moto_server")
 
 from nemotron.data_prep import DataBlend, run_pretrain_pipeline, storage  # noqa: E402
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE  # noqa: E402
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE  # noqa: E402
 from nemotron.data_prep.tokenizer import train_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.slow

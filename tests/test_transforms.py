@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from nemotron.data_prep.chat_template import validate_conversation
+from nemotron.data_prep.chat.nano2 import validate_conversation
 from nemotron.data_prep.transforms import (
     JsonlCounts,
     convert_jsonl,

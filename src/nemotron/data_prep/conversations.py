@@ -20,7 +20,7 @@ What this module does:
 - `question_key(conversation)`: the normalized first user message. Two conversations with the same
   key ask the same question, which is what must never cross the train / held-out boundary
   (see `nemotron.data_prep.splits`).
-- `check_chat_tokenizer(tokenizer, where)`: refuse a tokenizer that cannot speak the nano2 chat format.
+- `check_chat_tokenizer(tokenizer, where, template)`: refuse a tokenizer that cannot speak the named chat format.
 - `read_conversations` / `write_conversations`: canonical JSONL, so equal data gives equal bytes.
 """
 
@@ -35,7 +35,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nemotron.data_prep.chat_template import CHAT_ROLES, NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano2 import CHAT_ROLES
+from nemotron.data_prep.chat.templates import chat_template_named
 from nemotron.data_prep.dedup import normalize
 from nemotron.data_prep.sources import read_chatterbot
 from nemotron.data_prep.tokenizer import IM_END_TOKEN, IM_START_TOKEN
@@ -176,12 +177,13 @@ def question_key(conversation: Conversation) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def check_chat_tokenizer(tokenizer: Any, where: Path | str) -> None:
-    """Refuse a tokenizer without the ChatML markers or without the nano2 chat template.
+def check_chat_tokenizer(tokenizer: Any, where: Path | str, template: str = "nano2") -> None:
+    """Refuse a tokenizer without the ChatML markers or without the chat template named `template`.
 
     Both are needed downstream: the markers are the turn boundaries the loss mask is built on, and the
     template travels with the model so inference (`apply_chat_template`) renders exactly what SFT saw.
     """
+    jinja = chat_template_named(template).jinja
     special = set(tokenizer.all_special_tokens)
     missing = [token for token in (IM_START_TOKEN, IM_END_TOKEN) if token not in special]
     if missing:
@@ -191,13 +193,14 @@ def check_chat_tokenizer(tokenizer: Any, where: Path | str) -> None:
         )
     if not tokenizer.chat_template:
         raise NemotronError(
-            f"{where}: the tokenizer has no chat template; save it with "
-            "train_tokenizer(..., chat_template=NANO2_CHAT_TEMPLATE) (stage-0 data curation does)"
+            f"{where}: the tokenizer has no chat template; save it with train_tokenizer(..., "
+            f"chat_template=chat_template_named({template!r}).jinja) (stage-0 data curation does)"
         )
-    if tokenizer.chat_template != NANO2_CHAT_TEMPLATE:
+    if tokenizer.chat_template != jinja:
         raise NemotronError(
-            f"{where}: the tokenizer's chat template is not the nano2 template, so inference would render "
-            "chats differently from training; set tokenizer.chat_template = NANO2_CHAT_TEMPLATE and save it"
+            f"{where}: the tokenizer's chat template is not the {template} template, so inference would render "
+            f"chats differently from training; set tokenizer.chat_template = chat_template_named({template!r}).jinja "
+            "and save it, or name the template the tokenizer was saved with"
         )
 
 

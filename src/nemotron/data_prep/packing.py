@@ -25,7 +25,7 @@ The packed Parquet format (Megatron-Bridge's `GPTSFTPackedParquetDataset` column
                                conversation ends at len(input_ids).
     loss_mask     list<int8>   ALREADY SHIFTED to the labels: loss_mask[i] == 1 means "predicting token
                                i+1 from position i counts". Within a conversation with unshifted mask m
-                               (m[j] = 1 when token j is an assistant target, see chat_template.py):
+                               (m[j] = 1 when token j is an assistant target, see data_prep/chat/):
                                loss_mask[s+j] = m[j+1]. The last position of every conversation is 0,
                                since its "next token" belongs to the next conversation (or to padding),
                                so no loss ever crosses a boundary.

@@ -117,7 +117,7 @@ def run_sft_pipeline(
         from nemotron.data_prep.conversations import check_chat_tokenizer
         from nemotron.data_prep.tokenizer import load_tokenizer
 
-        check_chat_tokenizer(load_tokenizer(tokenizer_dir), tokenizer)  # here, not in every worker
+        check_chat_tokenizer(load_tokenizer(tokenizer_dir), tokenizer, chat_template)  # before any work starts
         runs = {}
         for split, jsonl in _draw_splits(blend, output_dir, seed, _chat_record, read=_read_chats):
             plan = plan_run(jsonl, tokenizer_dir, storage.join(output_dir, split), num_shards,

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from nemotron.data_prep.chat_template import CHAT_ROLES, tokenize_prompt
+from nemotron.data_prep.chat.nano2 import CHAT_ROLES, tokenize_prompt
 from nemotron.data_prep.conversations import Conversation, question_key
 from nemotron.data_prep.dedup import normalize
 from nemotron.data_prep.tokenizer import IM_END_ID

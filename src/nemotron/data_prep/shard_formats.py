@@ -4,11 +4,12 @@
 puts it; this module writes what one shard holds for the two formats besides bin/idx:
 
 - "packed_parquet" (SFT): each line is a chat (`{"messages": [...]}`, OpenAI roles). Its tokens and
-  its exact assistant-only loss mask come from `chat_template.tokenize_conversation` (the nano2
-  format), and the shard's conversations are packed into rows of `pack_size` tokens
-  (`packing.pack_conversations`, first-fit-decreasing) and written as `shard_00003.parquet`, the
-  packed Parquet Megatron-Bridge reads. Packing per shard, as the Nemotron cookbook does, keeps a
-  shard independent of every other: any worker can make it, in any order, and the bytes are fixed.
+  its exact assistant-only loss mask come from the run's `chat_template` (a name in
+  `nemotron.data_prep.chat.templates`: nano2, or nano3 with reasoning and tool calls), and the shard's
+  conversations are packed into rows of `pack_size` tokens (`packing.pack_conversations`,
+  first-fit-decreasing) and written as `shard_00003.parquet`, the packed Parquet Megatron-Bridge reads.
+  Packing per shard, as the Nemotron cookbook does, keeps a shard independent of every other: any
+  worker can make it, in any order, and the bytes are fixed.
 - "jsonl" (SFT / RL records): each line goes through one named transform (`transforms.py`:
   passthrough, openai_chat, sharegpt, sft) and is written canonically to `shard_00003.jsonl`.
 
@@ -27,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from nemotron import atomic
+from nemotron.data_prep.chat.templates import chat_template_named
 from nemotron.data_prep.packing import PackingConfig, pack_conversations, write_packed_parquet
 from nemotron.data_prep.transforms import _canonical_json, _parse_line, openai_chat, passthrough, sft, sharegpt
 from nemotron.errors import NemotronError
 
 # Transforms a JSONL run can name (the name goes into the run hash, so it must say what it does).
 TRANSFORMS = {"passthrough": passthrough, "openai_chat": openai_chat, "sharegpt": sharegpt, "sft": sft}
-CHAT_TEMPLATES = ("nano2",)  # chat formats whose exact loss mask tokenize_conversation builds
 
 
 def check_options(output_format: str, options: dict[str, Any]) -> None:
@@ -41,11 +42,7 @@ def check_options(output_format: str, options: dict[str, Any]) -> None:
     if output_format == "packed_parquet":
         PackingConfig(pack_size=options["pack_size"], algorithm=options.get("algorithm", "first_fit_decreasing"),
                       overflow=options.get("overflow", "truncate"), seed=options.get("seed", 0))
-        if options.get("chat_template", "nano2") not in CHAT_TEMPLATES:
-            raise NemotronError(
-                f"chat_template={options.get('chat_template')!r} is not supported; use one of {list(CHAT_TEMPLATES)} "
-                "(the template whose assistant loss mask is built token-exactly)"
-            )
+        chat_template_named(options.get("chat_template", "nano2"))  # an unknown name is refused here
     elif output_format == "jsonl" and options.get("transform", "passthrough") not in TRANSFORMS:
         raise NemotronError(f"transform={options.get('transform')!r} is not known; use one of {list(TRANSFORMS)}")
 
@@ -54,7 +51,6 @@ def format_state(output_format: str, tokenizer_files: dict[str, bytes]):
     """What a worker builds once per process: the chat tokenizer for packed Parquet, nothing for JSONL."""
     if output_format != "packed_parquet":
         return None
-    from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.tokenizer import load_tokenizer
 
     folder = Path(tempfile.mkdtemp(prefix="nemotron-tokenizer-"))
@@ -62,7 +58,6 @@ def format_state(output_format: str, tokenizer_files: dict[str, bytes]):
         for name, data in tokenizer_files.items():
             (folder / name).write_bytes(data)
         tokenizer = load_tokenizer(folder)
-        check_chat_tokenizer(tokenizer, "the run's tokenizer")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return tokenizer
@@ -84,8 +79,10 @@ def write_format_shard(
 
 
 def _packed_parquet_shard(options, tokenizer, lines, folder: Path, name: str, where: str):
-    from nemotron.data_prep.chat_template import tokenize_conversation
+    from nemotron.data_prep.conversations import check_chat_tokenizer
 
+    template = chat_template_named(options.get("chat_template", "nano2"))
+    check_chat_tokenizer(tokenizer, "the run's tokenizer", template.name)
     field, loss_on = options.get("messages_field", "messages"), options.get("loss_on", "assistant")
     records, conversations = 0, []
     for offset, line in lines:
@@ -96,8 +93,8 @@ def _packed_parquet_shard(options, tokenizer, lines, folder: Path, name: str, wh
         if problem is not None:
             raise NemotronError(f"{where}, line at byte {offset}: {problem}; each line must be "
                                 f'{{"{field}": [{{"role": ..., "content": ...}}, ...]}}')
-        conversations.append(tokenize_conversation(tokenizer, record[field], loss_on,
-                                                   conversation_id=f"{where} byte {offset}"))
+        conversations.append(template.tokenize_conversation(tokenizer, record[field], loss_on=loss_on,
+                                                            conversation_id=f"{where} byte {offset}"))
     counts = {"records": records, "conversations": 0, "rows": 0, "tokens": 0, "loss_tokens": 0,
               "padding": 0, "truncated": 0, "truncated_tokens": 0, "dropped": 0}
     if not conversations:

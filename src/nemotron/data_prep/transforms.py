@@ -19,7 +19,7 @@ sources holding the same records with fields in a different order produce the sa
 same artifact digest; the cost is that fields are no longer in their source order.
 
 Chat messages are normalized to the OpenAI shape `{"messages": [{"role", "content"}, ...]}` with roles
-system / user / assistant, the input that `nemotron.data_prep.chat_template` renders.
+system / user / assistant, the input that `nemotron.data_prep.chat.nano2` renders.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ TEST conversations, so the numbers of the base, SFT and DPO models sit side by s
   seeded answers to other questions, scored by log-likelihood the way lm-evaluation-harness scores
   MMLU-style tasks (`nemotron.evaluation.multiple_choice`). The context is the question rendered with
   the chat template and the generation prompt; each choice is the answer plus `<|im_end|>`, tokenized
-  exactly as SFT tokenized assistant turns (piece by piece, `nemotron.data_prep.chat_template`).
+  exactly as SFT tokenized assistant turns (piece by piece, `nemotron.data_prep.chat.nano2`).
   Each answer is also scored after the chat-formatted neutral question `UNCONDITIONAL_QUESTION`
   ("Answer:", lm-eval's unconditional context) for `acc_mutual_info`, the headline number: it asks
   whether the question made its answer more likely than other answers, not which answer is most typical.
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nemotron.data_prep.chat_template import tokenize_conversation, tokenize_prompt
+from nemotron.data_prep.chat.nano2 import tokenize_conversation, tokenize_prompt
 from nemotron.data_prep.preference import answer_ids
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID
 from nemotron.errors import NemotronError

@@ -48,7 +48,7 @@ from typing import Any
 import yaml
 
 from nemotron import atomic
-from nemotron.data_prep.chat_template import render_prompt
+from nemotron.data_prep.chat.nano2 import render_prompt
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_TOKEN
 from nemotron.errors import NemotronError
 from nemotron.evaluation.multiple_choice import MCItem

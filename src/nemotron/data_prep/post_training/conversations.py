@@ -1,6 +1,6 @@
 """Selected post-training records -> the conversation format of nano2's chat steps.
 
-nano2's chat template (`nemotron.data_prep.chat_template`) speaks system / user / assistant text only:
+nano2's chat template (`nemotron.data_prep.chat.nano2`) speaks system / user / assistant text only:
 no reasoning channel, no tool calls. So a selected record becomes a conversation by keeping what that
 template can say: the developer instructions (the source's system prompt) as the system turn, the user
 turns, and each assistant `final` answer; `analysis` reasoning is dropped. A record with tool calls or

@@ -42,7 +42,7 @@ import json
 import re
 from typing import Any
 
-from nemotron.data_prep.harmony import (
+from nemotron.data_prep.chat.harmony import (
     JSON_CONTENT_TYPE,
     HarmonyError,
     HarmonyMessage,

@@ -75,7 +75,7 @@ from nemotron.data_prep.blend import (
     cap_documents,
     default_pretrain_blend,
 )
-from nemotron.data_prep.chat_template import chat_template_named
+from nemotron.data_prep.chat.templates import ChatTemplateName, chat_template_named
 from nemotron.data_prep.dedup import exact_dedup, near_dedup
 from nemotron.data_prep.quality import apply_filters, default_filters
 from nemotron.data_prep.receipts import (
@@ -144,9 +144,9 @@ class Config:
     """Estimated Jaccard similarity at which a later document counts as a near duplicate."""
     num_shards: int = 4
     """bin/idx shards of the train split; valid and test get shards in proportion to their size."""
-    chat_template: Literal["nano2", "nano3"] = "nano2"
+    chat_template: ChatTemplateName = "nano2"
     """The chat format saved with the tokenizer, for the later stages: nano2 (ChatML) or nano3 (ChatML with
-    reasoning traces and tool calls, `nemotron.data_prep.nano3_chat`); the nano3 recipe sets nano3."""
+    reasoning traces and tool calls, `nemotron.data_prep.chat.nano3`); the nano3 recipe sets nano3."""
     workers: int | None = None
     """Tokenization processes (the shards are the same bytes for any number); default: 1 at tiny, where
     5 MB tokenizes in ~3 s and each spawned worker would spend ~2 s importing, else one per CPU core."""
@@ -358,7 +358,7 @@ def train_or_reuse_tokenizer(out: Path, vocab_size: int, chat_template: str = "n
         "train_sha256": sha256_file(out / "splits" / "train.jsonl"),
         "vocab_size": vocab_size,
         "special_tokens": SPECIAL_TOKENS,
-        "chat_template_sha256": hashlib.sha256(chat_template_named(chat_template).encode()).hexdigest(),
+        "chat_template_sha256": hashlib.sha256(chat_template_named(chat_template).jinja.encode()).hexdigest(),
         "tokenizers_version": tokenizers.__version__,
     }
     run_hash = hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
@@ -366,7 +366,7 @@ def train_or_reuse_tokenizer(out: Path, vocab_size: int, chat_template: str = "n
         return folder, True
     receipt_path(out, "tokenizer").unlink(missing_ok=True)  # from here on, nothing vouches for the folder
     texts = (doc.text for doc in read_jsonl(out / "splits" / "train.jsonl").documents)  # train split only
-    train_tokenizer(texts, vocab_size, folder, chat_template=chat_template_named(chat_template))
+    train_tokenizer(texts, vocab_size, folder, chat_template=chat_template_named(chat_template).jinja)
     outputs = [f.relative_to(out).as_posix() for f in sorted(folder.rglob("*")) if f.is_file()]
     write_receipt(out, make_receipt(out, run_hash, "tokenizer", work, outputs, {}))
     return folder, False

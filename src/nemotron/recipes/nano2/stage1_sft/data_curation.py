@@ -15,7 +15,7 @@ that stage-1 evaluation and stage-2 preference data need. In order:
    normalized first user message) that landed in several splits wholly into one, so no valid or test
    question is ever trained on (`nemotron.data_prep.splits`; the moves are counted in metrics).
 4. Tokenize with the stage-0 tokenizer in the nano2 chat format (ChatML-like) with a loss mask that
-   covers assistant tokens and their `<|im_end|>` only (`nemotron.data_prep.chat_template`). A
+   covers assistant tokens and their `<|im_end|>` only (`nemotron.data_prep.chat.nano2`). A
    tokenizer without the chat markers or the nano2 template is refused.
 5. Pack train and valid into packed Parquet (first-fit-decreasing; Krell et al., 2021), the format
    Megatron-Bridge reads (`nemotron.data_prep.packing`). Test stays as conversations for evaluation.
@@ -42,7 +42,7 @@ from tqdm import tqdm
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
-from nemotron.data_prep.chat_template import tokenize_conversation
+from nemotron.data_prep.chat.nano2 import tokenize_conversation
 from nemotron.data_prep.conversations import (
     chatterbot_folder,
     chatterbot_pool,

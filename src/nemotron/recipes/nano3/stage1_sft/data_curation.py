@@ -36,7 +36,7 @@ from pathlib import Path
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.cli import run
-from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE, tokenize_nano3_conversation
+from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, tokenize_nano3_conversation
 from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.sources import read_chatterbot
 from nemotron.data_prep.verifiable import addition_problems, split_problems

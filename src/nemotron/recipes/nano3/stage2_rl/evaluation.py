@@ -66,7 +66,7 @@ class Config:
 
 
 def main(config: Config) -> Nano3RLResults:
-    from nemotron.data_prep.nano3_chat import tokenize_nano3_prompt
+    from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
     from nemotron.models.loading import load_model

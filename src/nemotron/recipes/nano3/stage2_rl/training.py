@@ -97,7 +97,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
 
     import torch
 
-    from nemotron.data_prep.nano3_chat import tokenize_nano3_prompt
+    from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer
     from nemotron.data_prep.verifiable import read_problems, score
     from nemotron.models import nano3

@@ -16,17 +16,8 @@ What this module does:
 - `render_prompt` / `tokenize_prompt`: the same format with the generation prompt, for inference.
 - `validate_conversation`: the checks above as one call, so curation can filter bad records first.
 
-Why tokenize piece by piece instead of tokenizing the rendered string: transformers builds its
-assistant mask from character offsets, so a BPE token that straddles a boundary (e.g. "\\n\\n" made of
-the template's newline and the first newline of the content) gets marked as assistant and the mask
-is no longer exact. Like nanochat's `render_conversation` (Karpathy, 2025) we encode each piece on
-its own and concatenate, so every mask boundary is a token boundary by construction. It also
-matches inference: the prompt already ends in the token for "\\n", the model then generates content
-tokens starting fresh, which is exactly how the content was tokenized in training. Markers enter
-as their special-token ids, while message content is encoded with special-token matching switched
-off, so a user typing "<|im_end|>" or "</s>" gets plain text tokens and can never forge a turn
-boundary or an end-of-sequence. For ordinary text the result is identical to `apply_chat_template`
-(tested).
+Every piece is encoded on its own (`nemotron.data_prep.chat.pieces`: why, and how a content that
+is or holds "<|im_end|>" stays text), so every mask boundary is a token boundary.
 """
 
 from __future__ import annotations
@@ -34,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from nemotron.data_prep.chat.pieces import ANSWER, PROMPT, Piece, encode_pieces, marker
 from nemotron.data_prep.tokenizer import IM_END_TOKEN, IM_START_TOKEN
 from nemotron.errors import NemotronError
 
@@ -145,28 +137,7 @@ def tokenize_conversation(
     if loss_on not in ("assistant", "all"):
         raise NemotronError(f"loss_on={loss_on!r} is not supported; use 'assistant' or 'all'")
     validate_conversation(messages, conversation_id, require_assistant=loss_on == "assistant")
-    im_start, im_end = _marker_ids(tokenizer)
-    # One batched call for every piece of text: the contents, then each role header, then "\n".
-    pieces = [message["content"] for message in messages] + [f"{role}\n" for role in CHAT_ROLES] + ["\n"]
-    encoded = _encode_text(tokenizer, pieces)
-    contents = encoded[: len(messages)]
-    role_headers = dict(zip(CHAT_ROLES, encoded[len(messages) : -1]))
-    newline = encoded[-1]
-
-    input_ids: list[int] = []
-    loss_mask: list[int] = []
-
-    def append(ids: list[int], trained: bool) -> None:
-        input_ids.extend(ids)
-        loss_mask.extend([int(trained)] * len(ids))
-
-    train_everything = loss_on == "all"
-    for message, content_ids in zip(messages, contents):
-        trained = train_everything or message["role"] == "assistant"
-        append([im_start, *role_headers[message["role"]]], trained=train_everything)  # <|im_start|>{role}\n
-        append([*content_ids, im_end], trained=trained)  # {content}<|im_end|>
-        append(newline, trained=train_everything)  # \n between turns
-    return input_ids, loss_mask
+    return encode_pieces(tokenizer, nano2_pieces(messages), {PROMPT: int(loss_on == "all"), ANSWER: 1})
 
 
 def tokenize_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
@@ -175,9 +146,22 @@ def tokenize_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[
     Tokenized piece by piece exactly like `tokenize_conversation`, so what the model sees at inference
     is what it saw in training.
     """
-    input_ids, _ = tokenize_conversation(tokenizer, messages, loss_on="all")
-    im_start, _ = _marker_ids(tokenizer)
-    return input_ids + [im_start, *_encode_text(tokenizer, ["assistant\n"])[0]]
+    validate_conversation(messages)
+    input_ids, _ = encode_pieces(tokenizer, nano2_pieces(messages, add_generation_prompt=True), {})
+    return input_ids
+
+
+def nano2_pieces(messages: Sequence[dict[str, str]], add_generation_prompt: bool = False) -> list[Piece]:
+    """The render as pieces: `<|im_start|>`, "{role}\\n", content, `<|im_end|>`, "\\n" per message; an
+    assistant's content and its `<|im_end|>` are ANSWER (what the model must produce), the rest PROMPT."""
+    pieces = []
+    for message in messages:
+        kind = ANSWER if message["role"] == "assistant" else PROMPT
+        pieces += [marker(IM_START_TOKEN), Piece(f"{message['role']}\n"), Piece(message["content"], kind),
+                   marker(IM_END_TOKEN, kind), Piece("\n")]
+    if add_generation_prompt:
+        pieces += [marker(IM_START_TOKEN), Piece("assistant\n")]
+    return pieces
 
 
 def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> str:
@@ -186,46 +170,3 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[st
     return tokenizer.apply_chat_template(
         list(messages), chat_template=NANO2_CHAT_TEMPLATE, add_generation_prompt=True, tokenize=False
     )
-
-
-def _marker_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
-    """Ids of <|im_start|> and <|im_end|>; a tokenizer without them cannot speak the nano2 format."""
-    ids = []
-    for token in (IM_START_TOKEN, IM_END_TOKEN):
-        token_id = tokenizer.convert_tokens_to_ids(token)
-        if (
-            token_id is None
-            or token_id == tokenizer.unk_token_id
-            or token not in tokenizer.all_special_tokens
-        ):
-            raise NemotronError(
-                f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no special token {token}; "
-                "train it with nemotron.data_prep.tokenizer.train_tokenizer (which reserves the chat markers)"
-            )
-        ids.append(token_id)
-    return ids[0], ids[1]
-
-
-def _encode_text(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
-    """Encode strings as plain text: no BOS/EOS added and special-token strings are NOT matched."""
-    encoded = tokenizer(texts, add_special_tokens=False, split_special_tokens=True)
-    return [list(ids) for ids in encoded["input_ids"]]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Templates by name: `chat_template="nano2"` or `"nano3"` wherever a step takes one
-# ---------------------------------------------------------------------------------------------------
-
-CHAT_TEMPLATE_NAMES = ("nano2", "nano3")
-
-
-def chat_template_named(name: str) -> str:
-    """The Jinja text of a chat format by name: "nano2" (this module) or "nano3" (reasoning, tools:
-    `nemotron.data_prep.nano3_chat`)."""
-    if name == "nano2":
-        return NANO2_CHAT_TEMPLATE
-    if name == "nano3":
-        from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE
-
-        return NANO3_CHAT_TEMPLATE
-    raise NemotronError(f"unknown chat template {name!r}; use one of {', '.join(CHAT_TEMPLATE_NAMES)}")

@@ -25,7 +25,9 @@ user message, as Nano 3's SFT packing does (earlier turns are context, rendered 
 In a trained turn, `<|im_start|>assistant\\n` and the opening `<think>\\n` / `<think></think>` are the
 generation prompt, so they are not targets; the reasoning (through `\\n</think>\\n`) is a target when
 `train_reasoning=True`; the answer, the tool calls and `<|im_end|>` always are. Everything is encoded
-piece by piece so every mask boundary is a token boundary (see `nemotron.data_prep.chat_template`).
+piece by piece so every mask boundary is a token boundary, and the `<|im_start|>` / `<|im_end|>` this
+renderer emits are the only special tokens: a content that is or holds "<|im_end|>" stays text
+(`nemotron.data_prep.chat.pieces`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from nemotron.data_prep.chat_template import _encode_text, _marker_ids
+from nemotron.data_prep.chat.pieces import ANSWER, PROMPT, REASONING, Piece, encode_pieces, marker, rendered
 from nemotron.data_prep.tokenizer import IM_END_TOKEN, IM_START_TOKEN
 from nemotron.errors import NemotronError
 
@@ -90,10 +92,8 @@ NANO3_CHAT_TEMPLATE = (
 
 
 # ---------------------------------------------------------------------------------------------------
-# The conversation as pieces: (text, kind); kind says what a loss mask does with the piece
+# The conversation as pieces; a piece's kind says what a loss mask does with it
 # ---------------------------------------------------------------------------------------------------
-
-PROMPT, REASONING, ANSWER = "prompt", "reasoning", "answer"
 
 
 def validate_nano3_conversation(messages: Any, conversation_id: str | int | None = None) -> None:
@@ -121,69 +121,71 @@ def validate_nano3_conversation(messages: Any, conversation_id: str | int | None
 
 def nano3_pieces(
     messages: Sequence[dict], add_generation_prompt: bool = False, enable_thinking: bool = True,
-) -> list[tuple[str, str]]:
-    """The rendered chat as consecutive (text, kind) pieces; `"".join(text)` is the rendered string.
+    conversation_id: str | int | None = None,
+) -> list[Piece]:
+    """The rendered chat as consecutive pieces; `rendered(pieces)` is the rendered string.
 
     kind: PROMPT (never a target), REASONING (a target if reasoning is trained), ANSWER (a target).
     Only assistant turns after the last user message have REASONING/ANSWER pieces.
     """
-    validate_nano3_conversation(messages)
+    validate_nano3_conversation(messages, conversation_id)
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    pieces: list[tuple[str, str]] = []
+    start, end = marker(IM_START_TOKEN), marker(IM_END_TOKEN)
+    pieces: list[Piece] = []
 
-    def prompt(*texts: str) -> None:
-        pieces.extend((text, PROMPT) for text in texts if text)
+    def prompt(*items: Piece | str) -> None:  # a str is text; markers come in as marker pieces
+        pieces.extend(item if isinstance(item, Piece) else Piece(item) for item in items if item)
 
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
-    prompt(IM_START_TOKEN, "system\n" + system, IM_END_TOKEN, "\n")
+    prompt(start, "system\n" + system, end, "\n")
     for index, message in enumerate(messages):
         role = message["role"]
         if role == "system":
             continue
         if role == "tool":
             if index == 0 or messages[index - 1]["role"] != "tool":
-                prompt(IM_START_TOKEN, "user\n")
+                prompt(start, "user\n")
             prompt(f"<tool_response>\n{message['content']}\n</tool_response>\n")
             if index == len(messages) - 1 or messages[index + 1]["role"] != "tool":
-                prompt(IM_END_TOKEN, "\n")
+                prompt(end, "\n")
             continue
         if role == "user":
-            prompt(IM_START_TOKEN, f"user\n{message['content']}", IM_END_TOKEN, "\n")
+            prompt(start, f"user\n{message['content']}", end, "\n")
             continue
-        prompt(IM_START_TOKEN, "assistant\n")
+        prompt(start, "assistant\n")
         body = _assistant_body(message, old=index < last_user)
         if index < last_user:
-            prompt(*(text for text, _ in body), IM_END_TOKEN, "\n")
+            prompt(*(piece.text for piece in body), end, "\n")
         else:
             pieces.extend(body)
-            pieces.append((IM_END_TOKEN, ANSWER))
+            pieces.append(marker(IM_END_TOKEN, ANSWER))
             prompt("\n")
     if add_generation_prompt:
-        prompt(IM_START_TOKEN, "assistant\n" + (THINK_ON if enable_thinking else THINK_OFF))
+        prompt(start, "assistant\n" + (THINK_ON if enable_thinking else THINK_OFF))
     return pieces
 
 
-def _assistant_body(message: dict, old: bool) -> list[tuple[str, str]]:
-    """An assistant turn between `<|im_start|>assistant\\n` and `<|im_end|>`, as pieces."""
+def _assistant_body(message: dict, old: bool) -> list[Piece]:
+    """An assistant turn between `<|im_start|>assistant\\n` and `<|im_end|>`, as text pieces."""
     reasoning = message.get("reasoning_content")
     reasoning = reasoning if isinstance(reasoning, str) and reasoning.strip() else ""
     answer = message.get("content") if isinstance(message.get("content"), str) else ""
     calls = message.get("tool_calls") or []
     if old:  # history: the reasoning is dropped, what followed </think> stays
         if calls:
-            return [(THINK_OFF + answer.strip() + "\n" + _render_calls(calls), PROMPT)]
-        return [((THINK_OFF + ("\n" if reasoning else "") + answer).strip(), PROMPT)]
+            return [Piece(THINK_OFF + answer.strip() + "\n" + _render_calls(calls))]
+        return [Piece((THINK_OFF + ("\n" if reasoning else "") + answer).strip())]
     # The published template trims the whole turn, so trailing blanks of the answer go, leading stay.
     tail = answer.rstrip()
     if calls:
         tail = tail + "\n" if tail or not reasoning else ""
     if reasoning:
         after = "\n" if tail or calls else ""  # no newline after </think> when nothing follows
-        body = [(THINK_ON, PROMPT), (reasoning + "\n</think>" + after, REASONING)]
+        body = [Piece(THINK_ON), Piece(reasoning + "\n</think>" + after, REASONING)]
     else:
-        body = [(THINK_OFF, PROMPT)]
+        body = [Piece(THINK_OFF)]
     if tail or calls:
-        body.append((tail + _render_calls(calls), ANSWER))
+        body.append(Piece(tail + _render_calls(calls), ANSWER))
     return body
 
 
@@ -201,7 +203,7 @@ def _render_calls(calls: list[dict]) -> str:
 
 def render_nano3(messages: Sequence[dict], add_generation_prompt: bool = False, enable_thinking: bool = True) -> str:
     """The chat as text in the nano3 format (equal to `apply_chat_template` with NANO3_CHAT_TEMPLATE)."""
-    return "".join(text for text, _ in nano3_pieces(messages, add_generation_prompt, enable_thinking))
+    return rendered(nano3_pieces(messages, add_generation_prompt, enable_thinking))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -211,37 +213,29 @@ def render_nano3(messages: Sequence[dict], add_generation_prompt: bool = False, 
 
 def tokenize_nano3_conversation(
     tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict], train_reasoning: bool = True,
+    loss_on: str = "assistant", conversation_id: str | int | None = None,
 ) -> tuple[list[int], list[int]]:
     """(input ids, 0/1 loss mask) of `messages` in the nano3 format; see the module docstring for the
-    mask. A chat with no assistant turn after its last user message has nothing to train: an error."""
-    pieces = nano3_pieces(messages)
-    if not any(kind == ANSWER for _, kind in pieces):
-        raise NemotronError("conversation: no assistant turn after the last user message, so no token would "
+    mask (`loss_on="all"`: every token is a target). A chat with no assistant turn after its last user
+    message has nothing to train: an error."""
+    if loss_on not in ("assistant", "all"):
+        raise NemotronError(f"loss_on={loss_on!r} is not supported; use 'assistant' or 'all'")
+    pieces = nano3_pieces(messages, conversation_id=conversation_id)
+    if loss_on == "assistant" and not any(piece.kind == ANSWER for piece in pieces):
+        where = f"conversation {conversation_id!r}" if conversation_id is not None else "conversation"
+        raise NemotronError(f"{where}: no assistant turn after the last user message, so no token would "
                             "be trained; end the chat with an assistant message")
-    trained = {PROMPT: 0, REASONING: int(train_reasoning), ANSWER: 1}
-    return _encode_pieces(tokenizer, pieces, trained)
+    everything = int(loss_on == "all")
+    return encode_pieces(tokenizer, pieces, {PROMPT: everything, REASONING: int(train_reasoning) | everything,
+                                             ANSWER: 1})
 
 
 def tokenize_nano3_prompt(
     tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict], enable_thinking: bool = True,
 ) -> list[int]:
     """Token ids to generate the next assistant turn from, reasoning on or off."""
-    ids, _ = _encode_pieces(tokenizer, nano3_pieces(messages, True, enable_thinking), {PROMPT: 0})
+    ids, _ = encode_pieces(tokenizer, nano3_pieces(messages, True, enable_thinking), {})
     return ids
-
-
-def _encode_pieces(tokenizer, pieces: list[tuple[str, str]], trained: dict[str, int]) -> tuple[list[int], list[int]]:
-    im_start, im_end = _marker_ids(tokenizer)
-    markers = {IM_START_TOKEN: im_start, IM_END_TOKEN: im_end}
-    texts = [text for text, _ in pieces if text not in markers]
-    encoded = iter(_encode_text(tokenizer, texts)) if texts else iter(())
-    input_ids: list[int] = []
-    loss_mask: list[int] = []
-    for text, kind in pieces:
-        ids = [markers[text]] if text in markers else next(encoded)
-        input_ids.extend(ids)
-        loss_mask.extend([trained.get(kind, 0)] * len(ids))
-    return input_ids, loss_mask
 
 
 def split_reasoning(completion: str) -> tuple[str | None, str]:

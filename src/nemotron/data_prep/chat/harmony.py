@@ -24,8 +24,9 @@ What this module gives:
 - `parse(text)` -> messages; a malformed string (no `<|start|>`, a header without `<|message|>`, a
   message without its end token, an unknown role) raises `HarmonyError` with the character offset.
 
-How content and markers are kept apart: by kind, never by value. The renderer builds each message
-as `Piece`s; only the markers it emits itself are marker pieces, encoded as their special token
+How content and markers are kept apart: by kind, never by value, as in every chat format here
+(`nemotron.data_prep.chat.pieces`). The renderer builds each message as `Piece`s; only the markers
+it emits itself are marker pieces, encoded as their special token
 (`SPECIAL_TOKEN_IDS`); header text and content are text pieces, encoded with `encode_ordinary`, so
 no content is ever looked up among the markers. A message whose content is, or contains, the text
 `<|end|>` gets the text tokens openai-harmony gives it and cannot end its message or start another
@@ -41,8 +42,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from nemotron.data_prep.chat.pieces import Piece, marker
 from nemotron.errors import NemotronError
 
 START, MESSAGE, END, CALL, RETURN = "<|start|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>"
@@ -189,19 +191,6 @@ def _default_text(schema: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class Piece(NamedTuple):
-    """One piece of a render. A marker (`is_marker=True`) is one of the markers above, emitted only by
-    this module's renderer and encoded as its special token; anything else (headers, content) is text,
-    encoded with special-token matching off whatever characters it holds."""
-
-    text: str
-    is_marker: bool = False
-
-
-def _marker(marker: str) -> Piece:
-    return Piece(marker, is_marker=True)
-
-
 def _header_pieces(message: HarmonyMessage) -> list[Piece]:
     """The header as text and marker pieces, in the reference's order."""
     if message.role not in ROLES:
@@ -215,11 +204,11 @@ def _header_pieces(message: HarmonyMessage) -> list[Piece]:
     if message.recipient and message.recipient != "all":
         pieces.append(Piece(f" to={message.recipient}"))
     if message.channel:
-        pieces += [_marker(CHANNEL), Piece(message.channel)]
+        pieces += [marker(CHANNEL), Piece(message.channel)]
     if message.content_type:
         if message.content_type.startswith(CONSTRAIN):
             rest = message.content_type[len(CONSTRAIN):]
-            pieces += [Piece(" "), _marker(CONSTRAIN)] + ([Piece(rest)] if rest else [])
+            pieces += [Piece(" "), marker(CONSTRAIN)] + ([Piece(rest)] if rest else [])
         else:
             pieces.append(Piece(f" {message.content_type}"))
     return pieces
@@ -228,10 +217,10 @@ def _header_pieces(message: HarmonyMessage) -> list[Piece]:
 def _end_marker(messages: list[HarmonyMessage], index: int, training: bool) -> Piece:
     message = messages[index]
     if message.is_tool_call:
-        return _marker(CALL)
+        return marker(CALL)
     if training and index == len(messages) - 1 and message.role == "assistant" and message.channel == "final":
-        return _marker(RETURN)  # the model learns to stop here; in history the same message ends with <|end|>
-    return _marker(END)
+        return marker(RETURN)  # the model learns to stop here; in history the same message ends with <|end|>
+    return marker(END)
 
 
 def kept_messages(messages: list[HarmonyMessage], auto_drop_analysis: bool) -> list[HarmonyMessage]:
@@ -248,7 +237,7 @@ def kept_messages(messages: list[HarmonyMessage], auto_drop_analysis: bool) -> l
 
 def _message_pieces(messages: list[HarmonyMessage], training: bool) -> list[list[Piece]]:
     return [
-        [_marker(START), *_header_pieces(m), _marker(MESSAGE), Piece(m.content), _end_marker(messages, i, training)]
+        [marker(START), *_header_pieces(m), marker(MESSAGE), Piece(m.content), _end_marker(messages, i, training)]
         for i, m in enumerate(messages)
     ]
 
