@@ -13,12 +13,13 @@ artifacts it consumed, so lineage is recorded on the consumer), by whom (`produc
 
 Where an input comes from (`Artifact.load`), in this order:
   1. an explicit path (`--dataset-path runs/x`), the folder holding metadata.json;
-  2. a tracked reference (`--dataset-artifact name:latest`), resolved by the active tracker;
+  2. a tracked artifact (`--dataset-artifact name:latest`, `tracked_artifact=`), resolved by the tracker;
   3. the JSON the previous step printed on stdin, only when stdin is not a terminal.
 
-stdin may carry several artifacts keyed by type, `{"pretraindataset": {...}, "checkpoint": {...}}`.
-A step takes the one of the type it needs, and `print_complete` passes everything it read on stdin
-through to its own stdout next to what it made, so `a | b | c` works even when c needs a's output.
+stdin may carry several artifacts, `{"data_curation": {...}, "checkpoint": {...}}`. The key is a label
+(a step's name or the artifact's type): a step takes the one whose `type` it needs, and `print_complete`
+passes everything it read on stdin through to its own stdout next to what it made, so `a | b | c` works
+even when c needs a's output.
 
 In metadata.json every path inside the folder is written `./name` and an input artifact under the
 same root as `../step`; they are resolved against wherever the folder is when it is loaded, so a
@@ -342,12 +343,15 @@ class Artifact(BaseModel):
     def load(
         cls,
         path: str | Path | None = None,
-        reference: str | None = None,
+        tracked_artifact: str | None = None,
         scale: str | None = None,
         stdin: bool = True,
         flag: str | None = None,
     ) -> Self:
-        """Resolve an input artifact: explicit path, else tracked reference, else stdin JSON.
+        """Resolve an input artifact: explicit path, else a tracked artifact, else stdin JSON.
+
+        `tracked_artifact` names an artifact the active tracker knows (`pretraindataset:latest`);
+        on stdin the artifact is found by its type, whatever key the previous step printed it under.
 
         Records the use with the active tracker. With `scale`, refuses an artifact of another
         scale (a tiny checkpoint fed to a small run is almost always a mistake). `flag` is the
@@ -359,8 +363,8 @@ class Artifact(BaseModel):
         tracker = get_lineage_tracker()
         if path is not None:
             art = cls.from_path(path, fix=cls._fix(flag))
-        elif reference is not None:
-            art = cls.from_path(tracker.resolve(reference), fix=cls._fix(flag))
+        elif tracked_artifact is not None:
+            art = cls.from_path(tracker.resolve(tracked_artifact), fix=cls._fix(flag))
         elif stdin:
             art = cls._from_stdin(flag)
         else:
@@ -379,7 +383,7 @@ class Artifact(BaseModel):
         else `config.<name>_artifact`, else stdin; refuses another scale than `config.scale`."""
         return cls.load(
             path=getattr(config, f"{name}_path", None),
-            reference=getattr(config, f"{name}_artifact", None),
+            tracked_artifact=getattr(config, f"{name}_artifact", None),
             scale=getattr(config, "scale", None),
             stdin=stdin,
             flag=f"--{name.replace('_', '-')}-path",
@@ -404,14 +408,15 @@ class Artifact(BaseModel):
 
     @classmethod
     def _from_stdin(cls, flag: str | None = None) -> Self:
-        found = read_stdin_artifacts(needed=f"a {cls.type_name()}", fix=cls._fix(flag))
-        if cls.type_name() not in found:
-            have = ", ".join(found) or "nothing"
+        fix = cls._fix(flag)
+        found = find_on_stdin(cls.type_name(), fix=fix)
+        if found is None:
             raise NemotronError(
-                f"stdin carries {have} but this step needs a {cls.type_name()}: pipe in the step "
-                f"that makes one, or {cls._fix(flag)}"
+                f"stdin carries {describe_stdin()} but this step needs a {cls.type_name()}: pipe in the step "
+                f"that makes one, or {fix}"
             )
-        return cls.from_dict(found[cls.type_name()], where="stdin")
+        key, data = found
+        return cls.from_dict(data, where=f"stdin[{key!r}]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,7 +641,7 @@ _STDIN: dict[str, dict] | None = None
 
 
 def read_stdin_artifacts(needed: str = "an artifact", fix: str = "") -> dict[str, dict]:
-    """Parse stdin once per process: a JSON object of artifacts keyed by type.
+    """Parse stdin once per process: a JSON object of artifacts, each under a key (a name or its type).
 
     `fix` says how else to give the input (e.g. "pass the folder ... with --checkpoint-path").
     """
@@ -659,10 +664,46 @@ def read_stdin_artifacts(needed: str = "an artifact", fix: str = "") -> dict[str
         ) from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise NemotronError(
-            "stdin JSON must be an object of artifacts keyed by type, e.g. {\"checkpoint\": {...}}"
+            "stdin JSON must be an object of artifacts, e.g. {\"checkpoint\": {...}}: pipe only a nemotron "
+            "step's stdout"
         )
     _STDIN = data
     return _STDIN
+
+
+def _stdin_type(key: str, data: dict) -> str:
+    """An entry's artifact type: its own `type` field; the key only for an entry that has none."""
+    return data.get("type") or key
+
+
+def find_on_stdin(type_name: str, fix: str = "") -> tuple[str, dict] | None:
+    """The (key, JSON) of the stdin artifact of type `type_name`, whatever key the previous step gave it.
+
+    A step may print `{"data_curation": dataset}` (keyed by its own name) or `{"pretraindataset": ...}`;
+    the next step looks at each entry's `type`, so the key is only a label. None when no entry has the
+    type. Two entries of the type that are different artifacts (another path or digest) are refused,
+    naming both keys, rather than guessing which one the user meant.
+    """
+    found = read_stdin_artifacts(needed=f"a {type_name}", fix=fix)
+    fits = {key: data for key, data in found.items() if _stdin_type(key, data) == type_name}
+    distinct = {(data.get("path"), data.get("digest")) for data in fits.values()}
+    if len(distinct) > 1:
+        keys = " and ".join(repr(k) for k in fits)
+        raise NemotronError(
+            f"stdin carries {len(distinct)} different {type_name} artifacts (keys {keys}); "
+            f"{fix or 'pass the one to use by its path (see --help)'}"
+        )
+    # Prefer the entry keyed by the type itself when the same artifact sits under two keys.
+    key = type_name if type_name in fits else next(iter(fits), None)
+    return None if key is None else (key, fits[key])
+
+
+def describe_stdin() -> str:
+    """What stdin carries, for an error: each key, with its type where the key is not the type."""
+    found = _STDIN or {}
+    parts = [key if _stdin_type(key, data) == key else f"{key} (a {_stdin_type(key, data)})"
+             for key, data in found.items()]
+    return ", ".join(parts) or "nothing"
 
 
 def print_complete(artifacts: dict[str, Artifact] | Artifact) -> None:

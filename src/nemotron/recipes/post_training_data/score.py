@@ -84,7 +84,7 @@ class Config:
 
 
 def main(config: Config) -> ScoredSelection:
-    pools = CandidatePools.load(path=config.pools_path, reference=config.pools_artifact, scale=config.scale)
+    pools = CandidatePools.load(path=config.pools_path, tracked_artifact=config.pools_artifact, scale=config.scale)
     started = time.perf_counter()
     members = {name: read_records(files) for name, files in pool_files(pools.pools_dir).items()}
     records = {r["id"]: r for pool in members.values() for r in pool}

@@ -118,7 +118,7 @@ def main(config: Config) -> PretrainResults:
     dataset = load_upstream(
         PretrainDataset,
         path=config.dataset_path,
-        reference=config.dataset_artifact,
+        tracked_artifact=config.dataset_artifact,
         scale=config.scale,
         made_from=[checkpoint],
         stdin=config.checkpoint_path is None and config.checkpoint_artifact is None,

@@ -50,7 +50,7 @@ def main(config: Config) -> dict:
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
     base = PretrainCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+        path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact, scale=config.scale
     )
 
     dataset = run_step(

@@ -125,11 +125,11 @@ def main(config: Config) -> SFTResults:
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     dataset = load_upstream(
-        SFTDataset, path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale,
+        SFTDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact, scale=config.scale,
         made_from=[checkpoint], stdin=piped, flag="--dataset-path",
     )
     base = load_upstream(
-        PretrainCheckpoint, path=config.base_checkpoint_path, reference=config.base_checkpoint_artifact,
+        PretrainCheckpoint, path=config.base_checkpoint_path, tracked_artifact=config.base_checkpoint_artifact,
         scale=config.scale, made_from=[checkpoint, dataset], stdin=piped, flag="--base-checkpoint-path",
     )
 

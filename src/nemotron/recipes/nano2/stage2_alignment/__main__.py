@@ -55,10 +55,10 @@ def main(config: Config) -> dict:
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
     sft = SFTCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+        path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact, scale=config.scale
     )
     sft_data = SFTDataset.load(
-        path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale
+        path=config.dataset_path, tracked_artifact=config.dataset_artifact, scale=config.scale
     )
 
     pairs = run_step(

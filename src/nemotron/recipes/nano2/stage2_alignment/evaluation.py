@@ -119,15 +119,15 @@ def main(config: Config) -> DPOResults:
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     shared = {"scale": config.scale, "stdin": piped}
     pairs_dataset = load_upstream(
-        PreferenceDataset, path=config.dataset_path, reference=config.dataset_artifact,
+        PreferenceDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact,
         made_from=[checkpoint], flag="--dataset-path", **shared,
     )
     sft = load_upstream(
-        SFTCheckpoint, path=config.sft_checkpoint_path, reference=config.sft_checkpoint_artifact,
+        SFTCheckpoint, path=config.sft_checkpoint_path, tracked_artifact=config.sft_checkpoint_artifact,
         made_from=[checkpoint], flag="--sft-checkpoint-path", **shared,
     )
     sft_dataset = load_upstream(
-        SFTDataset, path=config.sft_dataset_path, reference=config.sft_dataset_artifact,
+        SFTDataset, path=config.sft_dataset_path, tracked_artifact=config.sft_dataset_artifact,
         made_from=[sft, pairs_dataset], flag="--sft-dataset-path", **shared,
     )
     beta = config.beta if config.beta is not None else trained_beta(checkpoint)

@@ -76,7 +76,7 @@ def main(config: Config) -> Nano3PretrainResults:
         raise NemotronError(f"{moe.path} and {dense.path}: pass the MoE checkpoint as --checkpoint-path and the "
                             "dense counterpart (trained with --dense) as --dense-checkpoint-path")
     started = time.perf_counter()
-    dataset = load_upstream(PretrainDataset, path=config.dataset_path, reference=None, scale=config.scale,
+    dataset = load_upstream(PretrainDataset, path=config.dataset_path, tracked_artifact=None, scale=config.scale,
                             made_from=[moe], stdin=False, flag="--dataset-path")
     if [ref.digest for ref in dense.inputs] != [ref.digest for ref in moe.inputs]:
         raise NemotronError(f"{dense.path} was trained on another dataset than {moe.path}; train both on the same "

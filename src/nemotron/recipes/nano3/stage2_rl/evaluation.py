@@ -78,9 +78,9 @@ def main(config: Config) -> Nano3RLResults:
                             "need at least 1 sample per question and a temperature above 0")
     rl = Nano3RLCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()
-    sft = load_upstream(Nano3SFTCheckpoint, path=None, reference=None, scale=config.scale, made_from=[rl],
+    sft = load_upstream(Nano3SFTCheckpoint, path=None, tracked_artifact=None, scale=config.scale, made_from=[rl],
                         stdin=False, flag="--checkpoint-path")
-    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[rl],
+    dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[rl],
                             stdin=False, flag="--checkpoint-path")
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 

@@ -117,7 +117,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     score(reward_fn, ["a probe\n</think>\n0"], ["0"])  # a function that cannot score text fails here, not mid-run
     check_group_size(config.completions_per_step, config.group_size, flag="--completions-per-step")
     sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
-    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[sft],
+    dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                             stdin=False, flag="--checkpoint-path")
     steps = config.steps or STEPS[config.scale]
     run = TrainingRun(config, inputs=[sft, dataset], steps=steps, name="grpo")
