@@ -152,10 +152,10 @@ def test_save_killed_before_rename_leaves_no_metadata(tmp_path):
 
 
 def test_print_complete_passes_stdin_artifacts_through(tmp_path, capsys):
-    import nemotron.artifact as artifact
+    import nemotron.artifact.pipe as pipe
 
     ds = make_dataset(tmp_path / "ds")
-    artifact._STDIN = {"upstream": {"type": "upstream", "path": "/x"}}
+    pipe._STDIN = {"upstream": {"type": "upstream", "path": "/x"}}
     print_complete({"dataset": ds})
     captured = capsys.readouterr()
     out = json.loads(captured.out)
