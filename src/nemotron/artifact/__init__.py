@@ -18,7 +18,8 @@ Where an input comes from (`Artifact.load`), in this order:
 
 This module is the contract (the `Artifact` model, `apply_scale`); one concept per module beside it:
 `locations` (absolute in memory, relative in metadata.json; `ArtifactPath`, `mark_unfinished`),
-`digest` (what the content hash covers), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git),
+`digest` (what the content hash covers), `fields` (a Config field's role: content, location,
+execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git),
 `pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage` and `upstream`.
 Every public name of those first four is importable from `nemotron.artifact` too.
 
@@ -37,7 +38,8 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nemotron import atomic
-from nemotron.artifact.digest import EXECUTION_KEYS, LOCATION_SUFFIXES, content_digest, sha256_file
+from nemotron.artifact.digest import content_digest, sha256_file
+from nemotron.artifact.fields import EXECUTION_KEYS, LOCATION_SUFFIXES, bookkeeping, execution
 from nemotron.artifact.locations import (
     LOCK,
     METADATA,
@@ -69,7 +71,8 @@ from nemotron.errors import NemotronError
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
     "EXECUTION_KEYS", "LOCATION_SUFFIXES", "LOCK", "METADATA", "SCALES", "SCHEMA_VERSION", "TINY_CAP",
-    "Artifact", "ArtifactPath", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text", "find_on_stdin",
+    "Artifact", "ArtifactPath", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text", "bookkeeping",
+    "execution", "find_on_stdin",
     "git_revision", "mark_unfinished", "print_complete", "read_metadata", "read_stdin_artifacts", "sha256_file",
     "source_ref", "summary_table",
 ]

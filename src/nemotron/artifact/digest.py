@@ -3,8 +3,9 @@
 An artifact's digest is sha256 over (a) each referenced file's sha256 with its name relative to the
 artifact folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things
 were read or written does not change what was made) nor execution keys (`workers`, `num_threads`,
-`force`), and (c) the digests of the inputs. Timestamps and metrics (which hold wall times) are left
-out, so two runs with the same config and seed produce the same digest, in any folder.
+`force`; `nemotron.artifact.fields` says how a Config field declares it), and (c) the digests of the
+inputs. Timestamps and metrics (which hold wall times) are left out, so two runs with the same config
+and seed produce the same digest, in any folder.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nemotron.artifact.fields import EXECUTION_KEYS, is_location
 from nemotron.artifact.locations import LOCK, METADATA
-
-LOCATION_SUFFIXES = ("_dir", "_path", "_artifact")
-# How a step was executed, not what it made: worker processes and threads give the same bytes.
-EXECUTION_KEYS = {"workers", "num_threads", "force"}
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -60,7 +58,7 @@ def without_locations(config: Any) -> Any:
         return {
             k: without_locations(v)
             for k, v in config.items()
-            if not (k.endswith(LOCATION_SUFFIXES) or k in EXECUTION_KEYS)
+            if not (is_location(k) or k in EXECUTION_KEYS)
         }
     if isinstance(config, list):
         return [without_locations(v) for v in config]

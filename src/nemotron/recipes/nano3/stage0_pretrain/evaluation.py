@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
@@ -50,7 +51,7 @@ class Config:
     """Held-out tokens to score; default per scale (tiny 10,000)."""
     batch_size: int = 8
     """Windows per forward pass."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage0_pretrain/evaluation")
     """Where the results artifact is written."""

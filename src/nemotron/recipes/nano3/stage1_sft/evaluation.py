@@ -25,6 +25,7 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import final_answer, read_problems
@@ -53,7 +54,7 @@ class Config:
     """Tokens generated per answer; default 112 with reasoning on (a worked sum is 60-100 tokens), 8 off."""
     batch_size: int = 16
     """Prompts per generate call."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage1_sft/evaluation")
     """Where the results and samples.json are written."""
