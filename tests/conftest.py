@@ -20,11 +20,11 @@ PYTHON = sys.executable
 @pytest.fixture(autouse=True)
 def _fresh_tracker_and_stdin():
     """Each test starts with the default (NoOp) tracker and no cached stdin artifacts."""
-    import nemotron.artifact as artifact
+    import nemotron.artifact.pipe as pipe
     import nemotron.trackers as trackers
 
     trackers._ACTIVE = None
-    artifact._STDIN = None
+    pipe._STDIN = None
     yield
     trackers._ACTIVE = None
-    artifact._STDIN = None
+    pipe._STDIN = None

@@ -152,15 +152,51 @@ def test_save_killed_before_rename_leaves_no_metadata(tmp_path):
 
 
 def test_print_complete_passes_stdin_artifacts_through(tmp_path, capsys):
-    import nemotron.artifact as artifact
+    import nemotron.artifact.pipe as pipe
 
     ds = make_dataset(tmp_path / "ds")
-    artifact._STDIN = {"upstream": {"type": "upstream", "path": "/x"}}
+    pipe._STDIN = {"upstream": {"type": "upstream", "path": "/x"}}
     print_complete({"dataset": ds})
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     assert set(out) == {"upstream", "dataset"} and out["dataset"]["digest"] == ds.digest
     assert "dataset" in captured.err and captured.out.count("\n") == 1
+
+
+def pipe_in(monkeypatch, artifacts: dict) -> None:
+    """What a previous step printed, as this process's stdin (read once, like a real pipe)."""
+    import io
+    import sys
+
+    payload = {key: json.loads(art.model_dump_json()) for key, art in artifacts.items()}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(payload)))
+
+
+def test_stdin_input_is_found_by_its_type_whatever_the_key(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")
+    pipe_in(monkeypatch, {"data_curation": ds})  # keyed by the step's name, as the design writes it
+    assert Dataset.load().digest == ds.digest
+
+
+def test_two_different_stdin_artifacts_of_one_type_are_refused_naming_both_keys(tmp_path, monkeypatch):
+    pipe_in(monkeypatch, {"first": make_dataset(tmp_path / "a"), "second": make_dataset(tmp_path / "b", "x\n")})
+    with pytest.raises(NemotronError, match=r"2 different dataset artifacts \(keys 'first' and 'second'\)"):
+        Dataset.load(flag="--dataset-path")
+
+
+def test_one_artifact_under_two_stdin_keys_is_not_ambiguous(tmp_path, monkeypatch):
+    ds = make_dataset(tmp_path / "ds")
+    pipe_in(monkeypatch, {"data_curation": ds, "dataset": ds})
+    assert Dataset.load().path == ds.path
+
+
+def test_missing_stdin_type_names_what_stdin_carries(tmp_path, monkeypatch):
+    class Checkpoint(Artifact):
+        pass
+
+    pipe_in(monkeypatch, {"data_curation": make_dataset(tmp_path / "ds")})
+    with pytest.raises(NemotronError, match=r"stdin carries data_curation \(a dataset\) but this step needs a chec"):
+        Checkpoint.load()
 
 
 def test_reuse_returns_a_finished_step_only_when_config_and_files_match(tmp_path):

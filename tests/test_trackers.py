@@ -56,7 +56,7 @@ def test_file_tracker_resolves_versions(tmp_path):
         tracker.resolve("shard:v7")
     with pytest.raises(NemotronError, match="no saved artifact of type 'checkpoint'"):
         tracker.resolve("checkpoint:latest")
-    assert Shard.load(reference="shard:v0").digest == first.digest
+    assert Shard.load(tracked_artifact="shard:v0").digest == first.digest
 
 
 def test_tracker_from_environment(tmp_path, monkeypatch):
@@ -70,7 +70,7 @@ def test_tracker_from_environment(tmp_path, monkeypatch):
 
 def test_noop_tracker_cannot_resolve_references():
     with pytest.raises(NemotronError, match="no tracker is active"):
-        Shard.load(reference="shard:latest")
+        Shard.load(tracked_artifact="shard:latest")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ def test_ranks_other_than_0_record_nothing_but_resolve_from_the_ledger(tmp_path,
     monkeypatch.setenv("RANK", "1")
     assert isinstance(get_lineage_tracker(), FollowerTracker)
     saved_shard(tmp_path / "b")
-    assert Shard.load(reference="shard:latest").path == first.path
+    assert Shard.load(tracked_artifact="shard:latest").path == first.path
     assert [e["event"] for e in FileTracker(ledger).entries()] == ["save"]
 
 

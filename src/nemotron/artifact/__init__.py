@@ -6,61 +6,80 @@ counts), how (the full step `config`, `scale`, `seed`), from what (`inputs`: ref
 artifacts it consumed, so lineage is recorded on the consumer), by whom (`producer`), and a content
 `digest` so two runs can be compared bit for bit.
 
-    dataset = PretrainDataset.load(path=cfg.dataset_path, scale=cfg.scale)   # or from stdin
+    dataset = PretrainDataset.load(path=cfg.dataset_path, tracked_artifact=cfg.dataset_artifact)  # or stdin
     ...train...
     return Checkpoint(path=out, config=asdict(cfg), scale=cfg.scale, seed=cfg.seed,
                       inputs=[dataset], model_dir=out / "model", training_loss=loss).save()
 
 Where an input comes from (`Artifact.load`), in this order:
   1. an explicit path (`--dataset-path runs/x`), the folder holding metadata.json;
-  2. a tracked reference (`--dataset-artifact name:latest`), resolved by the active tracker;
+  2. a tracked artifact (`--dataset-artifact name:latest`, `tracked_artifact=`), resolved by the tracker;
   3. the JSON the previous step printed on stdin, only when stdin is not a terminal.
 
-stdin may carry several artifacts keyed by type, `{"pretraindataset": {...}, "checkpoint": {...}}`.
-A step takes the one of the type it needs, and `print_complete` passes everything it read on stdin
-through to its own stdout next to what it made, so `a | b | c` works even when c needs a's output.
+This module is the contract (the `Artifact` model, `apply_scale`); one concept per module beside it:
+`locations` (absolute in memory, relative in metadata.json; `ArtifactPath`, `mark_unfinished`),
+`digest` (what the content hash covers), `fields` (a Config field's role: content, location,
+execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git),
+`pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage` and `upstream`.
+Every public name of those first four is importable from `nemotron.artifact` too.
 
-In metadata.json every path inside the folder is written `./name` and an input artifact under the
-same root as `../step`; they are resolved against wherever the folder is when it is loaded, so a
-moved or copied runs/ tree keeps working and reads its own files (in memory and on stdout, paths are
-absolute). `mark_unfinished(output_dir)` removes a folder's metadata.json before a step rewrites it;
-`nemotron.artifact.lock` makes one run own an output folder at a time.
-
-The digest is sha256 over (a) each referenced file's sha256 with its name relative to the artifact
-folder, (b) the config without location keys (`*_dir`, `*_path`, `*_artifact`: where things were
-read or written does not change what was made) nor execution keys (`workers`, `num_threads`), and
-(c) the digests of the inputs. Timestamps and metrics (which hold wall times) are left out, so two
-runs with the same config and seed produce the same digest.
-
-Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact
-(`nemotron.artifact.lineage` holds the same helpers for code).
+Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-import nemotron
 from nemotron import atomic
+from nemotron.artifact.digest import content_digest, sha256_file
+from nemotron.artifact.fields import EXECUTION_KEYS, LOCATION_SUFFIXES, bookkeeping, execution
+from nemotron.artifact.locations import (
+    LOCK,
+    METADATA,
+    ArtifactPath,
+    is_file_field,
+    location_fields,
+    mark_unfinished,
+    metadata_file,
+    portable,
+    read_metadata,
+)
+from nemotron.artifact.pipe import (
+    describe_stdin,
+    find_on_stdin,
+    print_complete,
+    read_stdin_artifacts,
+    summary_table,
+)
+from nemotron.artifact.provenance import (
+    ArtifactRef,
+    Producer,
+    calling_step,
+    class_spec,
+    git_revision,
+    source_ref,
+)
 from nemotron.errors import NemotronError
 
+# The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
+__all__ = [
+    "EXECUTION_KEYS", "LOCATION_SUFFIXES", "LOCK", "METADATA", "SCALES", "SCHEMA_VERSION", "TINY_CAP",
+    "Artifact", "ArtifactPath", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text", "bookkeeping",
+    "execution", "find_on_stdin",
+    "git_revision", "mark_unfinished", "print_complete", "read_metadata", "read_stdin_artifacts", "sha256_file",
+    "source_ref", "summary_table",
+]
+
 SCHEMA_VERSION = 1
-METADATA = "metadata.json"
 
-# ---------------------------------------------------------------------------------------------
-# Scale: one knob that shrinks every recipe from a cluster run to a laptop run
-# ---------------------------------------------------------------------------------------------
-
+# Scale: one knob that shrinks every recipe from a cluster run to a laptop run.
 SCALES = {"tiny": 0.01, "small": 0.10, "medium": 0.30, "full": 1.0}
 TINY_CAP = 10_000
 
@@ -73,56 +92,8 @@ def apply_scale(n: int, scale: str) -> int:
     return min(scaled, TINY_CAP) if scale == "tiny" else scaled
 
 
-# ---------------------------------------------------------------------------------------------
-# File fields: a Path that must exist when the artifact is saved and when it is loaded
-# ---------------------------------------------------------------------------------------------
-
-
-class _MustExist:
-    """Marker on `ArtifactPath` fields; `Artifact.files()` collects them for checks and digests."""
-
-
-ArtifactPath = Annotated[Path, _MustExist()]
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-LOCK = ".lock"  # the run lock of a step's output folder (nemotron.artifact.lock): not content
-
-
-def _expand(path: Path) -> list[Path]:
-    """A file is itself; a folder is every file under it, in sorted order."""
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and p.name not in (METADATA, LOCK))
-    return [path]
-
-
-# ---------------------------------------------------------------------------------------------
-# The artifact model
-# ---------------------------------------------------------------------------------------------
-
-
-class Producer(BaseModel):
-    step: str
-    artifact_class: str = ""  # "module:Class", so generic tools (verify) can re-validate it
-    version: str = nemotron.__version__
-    git_commit: str | None = None
-    git_dirty: bool | None = None  # True: the code had uncommitted changes, so git_commit is not all of it
-    run_id: str = "local"
-
-
-class ArtifactRef(BaseModel):
-    """How a consumer records an input: enough to find it again and to notice if it changed."""
-
-    type: str
-    path: str
-    digest: str | None = None
+# Older name of `nemotron.atomic.write_text`, kept for code written against it.
+atomic_write_text = atomic.write_text
 
 
 class Artifact(BaseModel):
@@ -144,7 +115,7 @@ class Artifact(BaseModel):
     # input is missing. Default: the module that defines the class, when that module is a step.
     made_by: ClassVar[str] = ""
 
-    # The stdin key and the `type` field: the class name in lower case.
+    # The `type` field (how stdin finds it, and the default stdin key): the class name in lower case.
     @classmethod
     def type_name(cls) -> str:
         return cls.__name__.lower()
@@ -190,7 +161,7 @@ class Artifact(BaseModel):
         """
         found: list[Path] = []
         for name, field in type(self).model_fields.items():
-            if not _is_file_field(field):
+            if not is_file_field(field):
                 continue
             value = getattr(self, name)
             found.extend(value if isinstance(value, list) else [value] if value is not None else [])
@@ -205,14 +176,8 @@ class Artifact(BaseModel):
                 )
 
     def compute_digest(self) -> str:
-        h = hashlib.sha256()
-        for ref in self.files():
-            for f in _expand(Path(ref)):
-                h.update(f"{_relative_name(f, self.path)}\0{sha256_file(f)}\n".encode())
-        h.update(json.dumps(_without_locations(self.config), sort_keys=True, default=str).encode())
-        for inp in self.inputs:
-            h.update(f"\0{inp.type}\0{inp.digest}".encode())
-        return h.hexdigest()
+        """The content digest (`nemotron.artifact.digest`): files, config without locations, inputs."""
+        return content_digest(self.files(), self.path, self.config, [(i.type, i.digest) for i in self.inputs])
 
     def verify(self) -> None:
         """Check that the files behind this artifact are still the ones it was saved with."""
@@ -273,7 +238,7 @@ class Artifact(BaseModel):
         tracker = get_lineage_tracker()
         self.path = Path(self.path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
-        for name in _location_fields(type(self)):
+        for name in location_fields(type(self).model_fields):
             value = getattr(self, name)
             if value is not None:
                 resolved = [Path(v).resolve() for v in value] if isinstance(value, list) else Path(value).resolve()
@@ -281,13 +246,13 @@ class Artifact(BaseModel):
         self.check_files()
         commit, dirty = git_revision()
         self.producer = Producer(
-            step=step or _calling_step(),
-            artifact_class=_class_spec(type(self)),
+            step=step or calling_step(),
+            artifact_class=class_spec(type(self)),
             git_commit=commit,
             git_dirty=dirty,
             run_id=tracker.run_id,
         )
-        self.created_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.created_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         self.digest = self.compute_digest()
         atomic.write_text(self.path / METADATA, self.portable_json() + "\n")
         tracker.log_artifact(self)
@@ -295,20 +260,9 @@ class Artifact(BaseModel):
 
     def portable_json(self) -> str:
         """The metadata.json text: paths inside the folder as `./name`, inputs that live under the
-        same root as `../step`, so that `mv` or `cp -r` of a runs/ tree keeps every reference valid.
-        Paths elsewhere (raw sources, a base model on shared storage) stay absolute."""
+        same root as `../step` (`nemotron.artifact.locations.portable`); paths elsewhere stay absolute."""
         data = json.loads(self.model_dump_json())
-        data["path"] = "."
-        for name in _location_fields(type(self)):
-            value = data.get(name)
-            if isinstance(value, list):
-                data[name] = [_portable(v, self.path) for v in value]
-            elif value is not None:
-                data[name] = _portable(value, self.path)
-        for ref in data["inputs"]:
-            if (Path(ref["path"]) / METADATA).exists() and _share_a_root(Path(ref["path"]), self.path):
-                ref["path"] = _relative(Path(ref["path"]), self.path)
-        return json.dumps(data, indent=2)
+        return json.dumps(portable(data, self.path, location_fields(type(self).model_fields)), indent=2)
 
     # -- load --------------------------------------------------------------------------------
 
@@ -320,7 +274,7 @@ class Artifact(BaseModel):
         copied artifact reads its own files. `fix` (how to give the right folder) ends the errors.
         """
         data = read_metadata(path, fix)
-        return cls.from_dict(data, where=str(_metadata_file(path)))
+        return cls.from_dict(data, where=str(metadata_file(path)))
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Self:
@@ -342,12 +296,15 @@ class Artifact(BaseModel):
     def load(
         cls,
         path: str | Path | None = None,
-        reference: str | None = None,
+        tracked_artifact: str | None = None,
         scale: str | None = None,
         stdin: bool = True,
         flag: str | None = None,
     ) -> Self:
-        """Resolve an input artifact: explicit path, else tracked reference, else stdin JSON.
+        """Resolve an input artifact: explicit path, else a tracked artifact, else stdin JSON.
+
+        `tracked_artifact` names an artifact the active tracker knows (`pretraindataset:latest`);
+        on stdin the artifact is found by its type, whatever key the previous step printed it under.
 
         Records the use with the active tracker. With `scale`, refuses an artifact of another
         scale (a tiny checkpoint fed to a small run is almost always a mistake). `flag` is the
@@ -359,8 +316,8 @@ class Artifact(BaseModel):
         tracker = get_lineage_tracker()
         if path is not None:
             art = cls.from_path(path, fix=cls._fix(flag))
-        elif reference is not None:
-            art = cls.from_path(tracker.resolve(reference), fix=cls._fix(flag))
+        elif tracked_artifact is not None:
+            art = cls.from_path(tracker.resolve(tracked_artifact), fix=cls._fix(flag))
         elif stdin:
             art = cls._from_stdin(flag)
         else:
@@ -379,7 +336,7 @@ class Artifact(BaseModel):
         else `config.<name>_artifact`, else stdin; refuses another scale than `config.scale`."""
         return cls.load(
             path=getattr(config, f"{name}_path", None),
-            reference=getattr(config, f"{name}_artifact", None),
+            tracked_artifact=getattr(config, f"{name}_artifact", None),
             scale=getattr(config, "scale", None),
             stdin=stdin,
             flag=f"--{name.replace('_', '-')}-path",
@@ -392,7 +349,7 @@ class Artifact(BaseModel):
         if not step:
             if not callable(getattr(sys.modules.get(cls.__module__), "main", None)):
                 return None  # defined in a library module, not by a step
-            step = _class_spec(cls).rpartition(":")[0]
+            step = class_spec(cls).rpartition(":")[0]
         return f"python {step}" if step.endswith(".py") else f"python -m {step}"
 
     @classmethod
@@ -404,156 +361,15 @@ class Artifact(BaseModel):
 
     @classmethod
     def _from_stdin(cls, flag: str | None = None) -> Self:
-        found = read_stdin_artifacts(needed=f"a {cls.type_name()}", fix=cls._fix(flag))
-        if cls.type_name() not in found:
-            have = ", ".join(found) or "nothing"
+        fix = cls._fix(flag)
+        found = find_on_stdin(cls.type_name(), fix=fix)
+        if found is None:
             raise NemotronError(
-                f"stdin carries {have} but this step needs a {cls.type_name()}: pipe in the step "
-                f"that makes one, or {cls._fix(flag)}"
+                f"stdin carries {describe_stdin()} but this step needs a {cls.type_name()}: pipe in the step "
+                f"that makes one, or {fix}"
             )
-        return cls.from_dict(found[cls.type_name()], where="stdin")
-
-
-# ---------------------------------------------------------------------------------------------
-# Locations: absolute in memory, relative to the folder in metadata.json
-# ---------------------------------------------------------------------------------------------
-
-
-def mark_unfinished(output_dir: str | Path) -> Path:
-    """Create a step's output folder if needed and remove its metadata.json; returns the folder.
-
-    The rule every step keeps: a folder whose files are being (re)written holds no metadata.json,
-    so no artifact ever vouches for half-written or mixed files. Call it before the first write;
-    `Artifact.save()` writes metadata.json again when the step has finished.
-    """
-    folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / METADATA).unlink(missing_ok=True)
-    return folder
-
-
-def read_metadata(path: str | Path, fix: str = "") -> dict:
-    """The JSON of `<path>/metadata.json` with its locations resolved against the folder it is in now.
-
-    `path` becomes the folder's absolute path; values written relative (`./file`, `../step`, at the
-    top level and in `inputs`) become absolute. Errors say whether the folder does not exist or
-    holds no artifact; `fix` is appended to them.
-    """
-    meta = _metadata_file(path)
-    folder = meta.parent
-    fix = f"; {fix}" if fix else ""
-    if not folder.exists():
-        raise NemotronError(f"{folder} does not exist{fix or '; check the path'}")
-    if not folder.is_dir():
-        raise NemotronError(f"{folder} is a file, not an artifact folder{fix or '; pass the folder a step wrote'}")
-    if not meta.exists():
-        raise NemotronError(
-            f"{folder} holds no artifact (metadata.json missing: the step writing it has not finished, "
-            f"or this is not a step's output folder){fix}"
-        )
-    try:
-        data = json.loads(meta.read_text())
-    except json.JSONDecodeError as e:
-        raise NemotronError(f"{meta}: malformed JSON at line {e.lineno}: {e.msg}") from None
-    if isinstance(data, dict):
-        _resolve_locations(data, folder.resolve())
-    return data
-
-
-def _metadata_file(path: str | Path) -> Path:
-    path = Path(path)
-    return path if path.name == METADATA else path / METADATA
-
-
-def _is_relative(value: Any) -> bool:
-    return isinstance(value, str) and (value in (".", "..") or value.startswith(("./", "../")))
-
-
-def _resolve_locations(data: dict, folder: Path) -> None:
-    """In place: `path` is `folder`; every `./x` or `../x` value (top level, lists, inputs) is
-    resolved against it. Older metadata with absolute paths loads unchanged."""
-    data["path"] = str(folder)
-
-    def resolve(value: Any) -> Any:
-        if _is_relative(value):
-            return os.path.normpath(folder / value)
-        if isinstance(value, list):
-            return [resolve(v) for v in value]
-        return value
-
-    for key, value in data.items():
-        if key not in ("path", "config", "inputs", "metrics", "producer"):
-            data[key] = resolve(value)
-    for ref in data.get("inputs") or []:
-        if isinstance(ref, dict):
-            ref["path"] = resolve(ref.get("path"))
-
-
-def _location_fields(cls: type[Artifact]) -> list[str]:
-    """The fields holding paths (`Path`, `ArtifactPath`, lists and optionals of them), except `path`."""
-    def holds_path(annotation: Any) -> bool:
-        if annotation is Path:
-            return True
-        return any(holds_path(arg) for arg in getattr(annotation, "__args__", ()))
-
-    return [
-        name for name, field in cls.model_fields.items()
-        if name != "path" and (_is_file_field(field) or holds_path(field.annotation))
-    ]
-
-
-def _relative(target: Path, folder: Path) -> str:
-    rel = os.path.relpath(target, folder)
-    return rel if rel.startswith("..") else f"./{rel}"
-
-
-def _portable(value: str, folder: Path) -> str:
-    """`./name` for a path inside `folder`; anything else stays as it is (absolute)."""
-    path = Path(value)
-    return _relative(path, folder) if path.is_absolute() and path.is_relative_to(folder) else value
-
-
-def _share_a_root(a: Path, b: Path) -> bool:
-    """Two paths under a common folder other than the file-system root (e.g. one runs/ tree)."""
-    try:
-        common = Path(os.path.commonpath([a, b]))
-    except ValueError:  # different drives
-        return False
-    return common != Path(common.anchor)
-
-
-def _is_file_field(field: Any) -> bool:
-    if any(isinstance(m, _MustExist) for m in field.metadata):
-        return True
-    # list[ArtifactPath]: the marker sits on the item type.
-    for arg in getattr(field.annotation, "__args__", ()):
-        if any(isinstance(m, _MustExist) for m in getattr(arg, "__metadata__", ())):
-            return True
-    return False
-
-
-def _relative_name(f: Path, root: Path) -> str:
-    try:
-        return str(Path(f).resolve().relative_to(Path(root).resolve()))
-    except ValueError:
-        return Path(f).name
-
-
-LOCATION_SUFFIXES = ("_dir", "_path", "_artifact")
-# How a step was executed, not what it made: worker processes and threads give the same bytes.
-EXECUTION_KEYS = {"workers", "num_threads", "force"}
-
-
-def _without_locations(config: Any) -> Any:
-    if isinstance(config, dict):
-        return {
-            k: _without_locations(v)
-            for k, v in config.items()
-            if not (k.endswith(LOCATION_SUFFIXES) or k in EXECUTION_KEYS)
-        }
-    if isinstance(config, list):
-        return [_without_locations(v) for v in config]
-    return config
+        key, data = found
+        return cls.from_dict(data, where=f"stdin[{key!r}]")
 
 
 def _one_line(e: ValidationError) -> str:
@@ -562,133 +378,3 @@ def _one_line(e: ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "(root)"
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
-
-
-def _class_spec(cls: type) -> str:
-    """Where a class can be imported from again: "package.module:Class", or "/path/file.py:Class"
-    for a class defined in a stand-alone script (such as the examples)."""
-    module = sys.modules.get(cls.__module__)
-    spec = getattr(module, "__spec__", None)
-    name = spec.name if spec is not None and spec.name else cls.__module__
-    if name in ("__main__", "") or "." not in name:
-        file = getattr(module, "__file__", None)
-        if file:
-            return f"{Path(file).resolve()}:{cls.__qualname__}"
-    return f"{name}:{cls.__qualname__}"
-
-
-def source_ref(path: str | Path, type: str = "source") -> ArtifactRef:
-    """Lineage for a raw input (a file or a folder of files): its path and a sha256 of its content."""
-    path = Path(path)
-    if not path.exists():
-        raise NemotronError(f"{path}: source does not exist; check the path in your config or blend")
-    h = hashlib.sha256()
-    for f in _expand(path):
-        h.update(f"{_relative_name(f, path)}\0{sha256_file(f)}\n".encode())
-    return ArtifactRef(type=type, path=str(path.resolve()), digest=h.hexdigest())
-
-
-def _calling_step() -> str:
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name:
-        return spec.name
-    return Path(getattr(main, "__file__", "python")).stem
-
-
-_GIT_REVISIONS: dict[Path, tuple[str | None, bool | None]] = {}
-
-
-def git_revision(where: str | Path | None = None) -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout holding `where` (default: this package's source).
-
-    `dirty` is True when tracked files differ from that commit (staged or not), so the commit alone
-    does not name the code that ran; untracked files are not counted. (None, None) outside a git
-    checkout or without git. Asked once per location and process.
-    """
-    where = Path(where or Path(__file__).parent).resolve()
-    if where not in _GIT_REVISIONS:
-        def git(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
-
-        try:
-            head = git("rev-parse", "HEAD")
-            status = git("status", "--porcelain", "--untracked-files=no") if head.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            head = status = None
-        if head is None or head.returncode != 0:
-            _GIT_REVISIONS[where] = (None, None)
-        else:
-            dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
-            _GIT_REVISIONS[where] = (head.stdout.strip(), dirty)
-    return _GIT_REVISIONS[where]
-
-
-# Older name of `nemotron.atomic.write_text`, kept for code written against it.
-atomic_write_text = atomic.write_text
-
-
-# ---------------------------------------------------------------------------------------------
-# stdin and stdout: how steps pipe
-# ---------------------------------------------------------------------------------------------
-
-_STDIN: dict[str, dict] | None = None
-
-
-def read_stdin_artifacts(needed: str = "an artifact", fix: str = "") -> dict[str, dict]:
-    """Parse stdin once per process: a JSON object of artifacts keyed by type.
-
-    `fix` says how else to give the input (e.g. "pass the folder ... with --checkpoint-path").
-    """
-    global _STDIN
-    if _STDIN is not None:
-        return _STDIN
-    fix = fix or "pass the input path (see --help)"
-    if sys.stdin is None or sys.stdin.isatty():
-        raise NemotronError(f"no input {needed}: stdin is a terminal; pipe in the previous step or {fix}")
-    text = sys.stdin.read()
-    if not text.strip():
-        raise NemotronError(
-            f"stdin is empty but this step needs {needed}: did the previous step fail? Otherwise {fix}"
-        )
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise NemotronError(
-            f"stdin is not artifact JSON (line {e.lineno}: {e.msg}): pipe only a nemotron step's stdout"
-        ) from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise NemotronError(
-            "stdin JSON must be an object of artifacts keyed by type, e.g. {\"checkpoint\": {...}}"
-        )
-    _STDIN = data
-    return _STDIN
-
-
-def print_complete(artifacts: dict[str, Artifact] | Artifact) -> None:
-    """Write exactly one JSON document on stdout and a short human summary on stderr.
-
-    Artifacts that came in on stdin are passed through, so later steps in a pipe can still use them.
-    """
-    if isinstance(artifacts, Artifact):
-        artifacts = {artifacts.type: artifacts}
-    passed = dict(_STDIN or {})
-    out = {**passed, **{k: json.loads(a.model_dump_json()) for k, a in artifacts.items()}}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
-    for art in artifacts.values():
-        print(summary_table(art), file=sys.stderr)
-
-
-def summary_table(art: Artifact) -> str:
-    lines = [f"── {art.type} ({art.scale}, seed {art.seed}) ──", f"  path    {art.path}"]
-    if art.digest:
-        lines.append(f"  digest  {art.digest[:16]}")
-    for k, v in art.metrics.items():
-        if isinstance(v, float):
-            v = f"{v:.4g}"
-        elif isinstance(v, (dict, list)):  # e.g. counts by reason: compact JSON, cut to one line
-            text = json.dumps(v, default=str, separators=(", ", ": "))
-            v = text if len(text) <= 90 else text[:87] + "..."
-        lines.append(f"  {k:<28} {v}")
-    return "\n".join(lines)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from nemotron.artifact import Artifact, read_stdin_artifacts
+from nemotron.artifact import Artifact, find_on_stdin
 from nemotron.errors import NemotronError
 
 A = TypeVar("A", bound=Artifact)
@@ -30,13 +30,13 @@ def load_upstream(
     cls: type[A],
     *,
     path: Path | None,
-    reference: str | None,
+    tracked_artifact: str | None,
     scale: str,
     made_from: Sequence[Artifact],
     stdin: bool,
     flag: str = "--<input>-path",
 ) -> A:
-    """The `cls` artifact behind `made_from`: explicit path/reference, else stdin, else recorded lineage.
+    """The `cls` artifact behind `made_from`: explicit path/tracked artifact, else stdin, else recorded lineage.
 
     `stdin=True` says the pipe has already been read (the checkpoint came from it), so looking there
     cannot block. `made_from` are searched in order for an input of type `cls`. `flag` is the step's
@@ -44,9 +44,9 @@ def load_upstream(
     """
     name = cls.type_name()
     recorded = [ref for art in made_from for ref in art.inputs if ref.type == name]
-    if path is not None or reference is not None:
-        found = cls.load(path=path, reference=reference, scale=scale, flag=flag)
-    elif stdin and name in read_stdin_artifacts(needed=f"a {name}"):
+    if path is not None or tracked_artifact is not None:
+        found = cls.load(path=path, tracked_artifact=tracked_artifact, scale=scale, flag=flag)
+    elif stdin and find_on_stdin(name, fix=f"pass its folder with {flag}") is not None:
         found = cls.load(scale=scale, flag=flag)
     elif recorded:
         ref = recorded[0]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nemotron.artifact import METADATA, Artifact
+from nemotron.artifact.fields import execution
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.cli import AT_END
 from nemotron.errors import NemotronError
@@ -74,7 +75,7 @@ class RecipeSettings:
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds every random choice of the run: same config and seed, same bytes."""
-    force: bool = False
+    force: bool = execution(False)
     """Re-run steps even when their output is up to date."""
 
 

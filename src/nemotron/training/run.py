@@ -47,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nemotron import atomic
 from nemotron.artifact import Artifact, mark_unfinished
+from nemotron.artifact.fields import part_of_the_run
 from nemotron.errors import NemotronError
 from nemotron.models.loading import quiet_cuda_kernel_notes
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -65,9 +66,6 @@ A = TypeVar("A", bound=Artifact)
 # Smoothing of the logged loss: an exponential moving average with this decay, debiased like Adam's
 # moments (Kingma & Ba, 2015, section 3) so the first steps are not pulled towards zero.
 EMA_DECAY = 0.9
-# Settings that only change what is logged or saved, or how fast: a resumed run may change them.
-NOT_PART_OF_THE_RUN = ("eval_every", "checkpoint_every", "keep_last", "num_threads", "engine", "dry_run",
-                       "data_root", "nodes", "gpus_per_node", "container_image")
 
 
 @dataclass
@@ -238,13 +236,12 @@ class TrainingRun:
         return artifact or artifact_class.from_path(self.out)
 
 
-def run_settings(config: Any, not_part_of_the_run: tuple[str, ...] = NOT_PART_OF_THE_RUN) -> dict:
-    """The fields of a step's Config dataclass that a resumed run must share with the run it continues."""
-    return {
-        name: value
-        for name, value in asdict(config).items()
-        if not name.endswith(("_path", "_artifact", "_dir")) and name not in not_part_of_the_run
-    }
+def run_settings(config: Any) -> dict:
+    """The fields of a step's Config dataclass that a resumed run must share with the run it continues:
+    all but locations and those declared `execution(...)` or `bookkeeping(...)` (`nemotron.artifact.fields`:
+    what is logged or saved, or how fast, may change on resume)."""
+    values = asdict(config)
+    return {name: values[name] for name in part_of_the_run(config)}
 
 
 def check_same_run(saved: dict, current: dict, where: Path | str) -> None:

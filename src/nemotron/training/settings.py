@@ -1,7 +1,8 @@
 """The settings every training step's Config shares: precision, how often it validates and saves, threads.
 
 A training step declares `class Config(TrainingSettings)` and adds its own fields (inputs, steps,
-learning rate, ...); a step that wants another default redefines the field. `TrainingRun` reads these
+learning rate, ...); a step that wants another default redefines the field, with its marker
+(`eval_every: int = bookkeeping(40)`: `nemotron.artifact.fields` says what a marker means). `TrainingRun` reads these
 names, and so does `nemotron.training.megatron_bridge.hand_off` (the engine and cluster fields).
 torch-free, so a step's `--help` stays fast.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nemotron.artifact.fields import bookkeeping, execution
 from nemotron.errors import NemotronError
 
 
@@ -28,27 +30,27 @@ class TrainingSettings:
     compile: bool = False
     """torch.compile the model (inductor) before training. Off by default: at tiny, compiling takes
     longer than it saves within the run (benchmarks/bench_compile.py prints the break-even step)."""
-    eval_every: int = 20
+    eval_every: int = bookkeeping(20)
     """Measure the validation loss every this many steps (and at the last step)."""
-    checkpoint_every: int = 20
+    checkpoint_every: int = bookkeeping(20)
     """Save a checkpoint every this many steps (and at the last step); a killed run resumes from the newest."""
-    keep_last: int = 2
+    keep_last: int = bookkeeping(2)
     """How many checkpoints to keep; older ones are deleted."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads per process; default: the cores this process may use, split between the processes
     of this machine (nemotron.training.compute.torch_threads)."""
-    engine: Literal["plain", "megatron-bridge"] | None = None
+    engine: Literal["plain", "megatron-bridge"] | None = bookkeeping(None)
     """Who trains: `plain` is this step's own loop; `megatron-bridge` writes a Megatron-Bridge run folder
     for a GPU cluster instead (docs/run-a-recipe.md, "At scale"). Default: plain, megatron-bridge at full."""
-    dry_run: bool = False
+    dry_run: bool = bookkeeping(False)
     """With megatron-bridge: write the run folder and print the configuration and commands; start nothing."""
-    data_root: str | None = None
+    data_root: str | None = bookkeeping(None)
     """With megatron-bridge: where the cluster reads our data, a shared absolute path or s3://bucket/prefix."""
-    nodes: int | None = None
+    nodes: int | None = bookkeeping(None)
     """With megatron-bridge: the number of nodes."""
-    gpus_per_node: int | None = None
+    gpus_per_node: int | None = bookkeeping(None)
     """With megatron-bridge: GPUs per node."""
-    container_image: str | None = None
+    container_image: str | None = bookkeeping(None)
     """With megatron-bridge: the container Slurm runs the job in (pyxis); none: the nodes' own Python."""
     output_dir: Path = Path("runs/training")
     """Where the step writes its checkpoints, metrics, final model folder and artifact."""

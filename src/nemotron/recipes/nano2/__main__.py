@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.recipes.nano2 import at_scale
 from nemotron.recipes.nano2.report import write_report
@@ -43,7 +44,7 @@ class Config:
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds every random choice of the run: same config and seed, same bytes."""
-    force: bool = False
+    force: bool = execution(False)
     """Re-run steps even when their output is up to date."""
     engine: Literal["plain", "megatron-bridge"] | None = None
     """Who trains: the steps' own loops (plain) or Megatron-Bridge on a GPU cluster; default: plain, and

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.recipes.orchestration import refuse_overridden_flags, run_step
 from nemotron.recipes.post_training_data import embed_select, normalize, pools, score
@@ -42,7 +43,7 @@ class Config:
     """tiny | small | medium | full: sizes the record caps and the selection targets."""
     seed: int = 0
     """Seeds every random choice of the run: same config and seed, same bytes."""
-    force: bool = False
+    force: bool = execution(False)
     """Re-run steps even when their output is up to date."""
     normalize: normalize.Config = field(default_factory=normalize.Config)
     """Settings of the normalize step (`normalize.py --help` lists them)."""

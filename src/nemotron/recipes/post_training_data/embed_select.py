@@ -61,7 +61,7 @@ class Config:
 
 
 def main(config: Config) -> DiverseSelection:
-    scored = ScoredSelection.load(path=config.scored_path, reference=config.scored_artifact, scale=config.scale)
+    scored = ScoredSelection.load(path=config.scored_path, tracked_artifact=config.scored_artifact, scale=config.scale)
     started = time.perf_counter()
     records = read_records(scored.selected_path)
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron.artifact import ArtifactRef, mark_unfinished, source_ref
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.data_prep.post_training.normalize_run import (
     Source,
@@ -60,7 +61,7 @@ class Config:
     """Each source is cut into this many units of work (the resume and parallelism grain)."""
     records_per_file: int = 10_000
     """Parquet files per split hold at most this many records."""
-    workers: int = 1
+    workers: int = execution(1)
     """Worker processes; the output bytes do not depend on it."""
     output_dir: Path = Path("runs/post_training_data/normalize")
     scale: str = "tiny"

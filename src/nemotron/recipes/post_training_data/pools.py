@@ -51,7 +51,8 @@ class Config:
 
 
 def main(config: Config) -> CandidatePools:
-    dataset = PostTrainingDataset.load(path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale)
+    dataset = PostTrainingDataset.load(path=config.dataset_path, tracked_artifact=config.dataset_artifact,
+                                       scale=config.scale)
     started = time.perf_counter()
     load_pool_modules(config.pool_modules)
     pools = resolve_pools(config.pools)

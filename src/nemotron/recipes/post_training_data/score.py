@@ -39,6 +39,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from nemotron.artifact import mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.data_prep.post_training.schema import SCHEMA, read_records, write_records
 from nemotron.data_prep.post_training.selection import select_by_score
@@ -76,7 +77,7 @@ class Config:
     """With `top_k`: keep this many records per pool."""
     prefer: Literal["low_nll", "high_nll"] = "low_nll"
     """With `top_k`: which end of the NLL distribution to keep."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default per scale."""
     output_dir: Path = Path("runs/post_training_data/score")
     scale: str = "tiny"
@@ -84,7 +85,7 @@ class Config:
 
 
 def main(config: Config) -> ScoredSelection:
-    pools = CandidatePools.load(path=config.pools_path, reference=config.pools_artifact, scale=config.scale)
+    pools = CandidatePools.load(path=config.pools_path, tracked_artifact=config.pools_artifact, scale=config.scale)
     started = time.perf_counter()
     members = {name: read_records(files) for name, files in pool_files(pools.pools_dir).items()}
     records = {r["id"]: r for pool in members.values() for r in pool}

@@ -68,6 +68,7 @@ from nemotron.artifact import (
     sha256_file,
     source_ref,
 )
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.data_prep.blend import (
     SPLITS,
@@ -147,7 +148,7 @@ class Config:
     chat_template: ChatTemplateName = "nano2"
     """The chat format saved with the tokenizer, for the later stages: nano2 (ChatML) or nano3 (ChatML with
     reasoning traces and tool calls, `nemotron.data_prep.chat.nano3`); the nano3 recipe sets nano3."""
-    workers: int | None = None
+    workers: int | None = execution(None)
     """Tokenization processes (the shards are the same bytes for any number); default: 1 at tiny, where
     5 MB tokenizes in ~3 s and each spawned worker would spend ~2 s importing, else one per CPU core."""
     executor: Literal["local", "ray"] = "local"

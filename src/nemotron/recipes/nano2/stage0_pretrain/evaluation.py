@@ -42,6 +42,7 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
@@ -93,7 +94,7 @@ class Config:
     """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/evaluation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
@@ -118,7 +119,7 @@ def main(config: Config) -> PretrainResults:
     dataset = load_upstream(
         PretrainDataset,
         path=config.dataset_path,
-        reference=config.dataset_artifact,
+        tracked_artifact=config.dataset_artifact,
         scale=config.scale,
         made_from=[checkpoint],
         stdin=config.checkpoint_path is None and config.checkpoint_artifact is None,

@@ -52,7 +52,7 @@ def main(config: Config) -> SyntheticQuality:
 
     started = time.perf_counter()
     # --- setup: the synthetic rows and the originals they came from ---
-    synthetic = SyntheticDataset.load(path=config.synthetic_path, reference=config.synthetic_artifact,
+    synthetic = SyntheticDataset.load(path=config.synthetic_path, tracked_artifact=config.synthetic_artifact,
                                       scale=config.scale, flag="--synthetic-path")
     rows = pq.read_table(synthetic.data_path).to_pylist()  # each row carries its `original` (as the model saw it)
     out = mark_unfinished(config.output_dir.resolve())

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nemotron.artifact.fields import bookkeeping
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
@@ -97,9 +98,9 @@ class Config(TrainingSettings):
     """With --schedule wsd: the share of the steps over which the rate decays (see --schedule)."""
     eval_batches: int = 8
     """Global batches of validation windows per evaluation (the whole valid split if it is smaller)."""
-    eval_every: int = 40
+    eval_every: int = bookkeeping(40)
     """Validation loss every this many steps (and at the last): 8 points on tiny's 300-step curve."""
-    checkpoint_every: int = 40
+    checkpoint_every: int = bookkeeping(40)
     """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/training")
     """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""

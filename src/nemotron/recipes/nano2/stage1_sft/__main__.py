@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint
 from nemotron.recipes.nano2.stage1_sft import data_curation, evaluation, training
@@ -35,7 +36,7 @@ class Config:
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds every random choice of the run: same config and seed, same bytes."""
-    force: bool = False
+    force: bool = execution(False)
     """Re-run steps even when their output is up to date."""
     data_curation: data_curation.Config = field(default_factory=data_curation.Config)
     """Settings of the data curation step (`data_curation.py --help` lists them)."""
@@ -50,7 +51,7 @@ def main(config: Config) -> dict:
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
     base = PretrainCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+        path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact, scale=config.scale
     )
 
     dataset = run_step(

@@ -57,6 +57,7 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
@@ -100,7 +101,7 @@ class Config:
     """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
@@ -125,11 +126,11 @@ def main(config: Config) -> SFTResults:
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     dataset = load_upstream(
-        SFTDataset, path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale,
+        SFTDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact, scale=config.scale,
         made_from=[checkpoint], stdin=piped, flag="--dataset-path",
     )
     base = load_upstream(
-        PretrainCheckpoint, path=config.base_checkpoint_path, reference=config.base_checkpoint_artifact,
+        PretrainCheckpoint, path=config.base_checkpoint_path, tracked_artifact=config.base_checkpoint_artifact,
         scale=config.scale, made_from=[checkpoint, dataset], stdin=piped, flag="--base-checkpoint-path",
     )
 

@@ -132,7 +132,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
         return hand_off("sft", config, dataset, steps, dataset.pack_size, stage0.checkpoint_location)
     piped = config.dataset_path is None and config.dataset_artifact is None
     base = load_upstream(
-        PretrainCheckpoint, path=config.checkpoint_path, reference=config.checkpoint_artifact,
+        PretrainCheckpoint, path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact,
         scale=config.scale, made_from=[dataset], stdin=piped, flag="--checkpoint-path",
     )
     run = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import SFTCheckpoint, SFTDataset
 from nemotron.recipes.nano2.stage2_alignment import data_curation, evaluation, training
@@ -40,7 +41,7 @@ class Config:
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds every random choice of the run: same config and seed, same bytes."""
-    force: bool = False
+    force: bool = execution(False)
     """Re-run steps even when their output is up to date."""
     data_curation: data_curation.Config = field(default_factory=data_curation.Config)
     """Settings of the data curation step (`data_curation.py --help` lists them)."""
@@ -55,10 +56,10 @@ def main(config: Config) -> dict:
     shared = dict(scale=config.scale, seed=config.seed)
     out = config.output_dir
     sft = SFTCheckpoint.load(
-        path=config.checkpoint_path, reference=config.checkpoint_artifact, scale=config.scale
+        path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact, scale=config.scale
     )
     sft_data = SFTDataset.load(
-        path=config.dataset_path, reference=config.dataset_artifact, scale=config.scale
+        path=config.dataset_path, tracked_artifact=config.dataset_artifact, scale=config.scale
     )
 
     pairs = run_step(

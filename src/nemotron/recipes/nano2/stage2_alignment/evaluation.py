@@ -41,6 +41,7 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
@@ -92,7 +93,7 @@ class Config:
     """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
     """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
@@ -119,15 +120,15 @@ def main(config: Config) -> DPOResults:
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     shared = {"scale": config.scale, "stdin": piped}
     pairs_dataset = load_upstream(
-        PreferenceDataset, path=config.dataset_path, reference=config.dataset_artifact,
+        PreferenceDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact,
         made_from=[checkpoint], flag="--dataset-path", **shared,
     )
     sft = load_upstream(
-        SFTCheckpoint, path=config.sft_checkpoint_path, reference=config.sft_checkpoint_artifact,
+        SFTCheckpoint, path=config.sft_checkpoint_path, tracked_artifact=config.sft_checkpoint_artifact,
         made_from=[checkpoint], flag="--sft-checkpoint-path", **shared,
     )
     sft_dataset = load_upstream(
-        SFTDataset, path=config.sft_dataset_path, reference=config.sft_dataset_artifact,
+        SFTDataset, path=config.sft_dataset_path, tracked_artifact=config.sft_dataset_artifact,
         made_from=[sft, pairs_dataset], flag="--sft-dataset-path", **shared,
     )
     beta = config.beta if config.beta is not None else trained_beta(checkpoint)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
@@ -50,7 +51,7 @@ class Config:
     """Held-out tokens to score; default per scale (tiny 10,000)."""
     batch_size: int = 8
     """Windows per forward pass."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage0_pretrain/evaluation")
     """Where the results artifact is written."""
@@ -76,7 +77,7 @@ def main(config: Config) -> Nano3PretrainResults:
         raise NemotronError(f"{moe.path} and {dense.path}: pass the MoE checkpoint as --checkpoint-path and the "
                             "dense counterpart (trained with --dense) as --dense-checkpoint-path")
     started = time.perf_counter()
-    dataset = load_upstream(PretrainDataset, path=config.dataset_path, reference=None, scale=config.scale,
+    dataset = load_upstream(PretrainDataset, path=config.dataset_path, tracked_artifact=None, scale=config.scale,
                             made_from=[moe], stdin=False, flag="--dataset-path")
     if [ref.digest for ref in dense.inputs] != [ref.digest for ref in moe.inputs]:
         raise NemotronError(f"{dense.path} was trained on another dataset than {moe.path}; train both on the same "

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nemotron.artifact.fields import bookkeeping
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, PretrainDataset
@@ -110,9 +111,9 @@ class Config(TrainingSettings):
     """Warmup-stable-decay, as nano2's pretraining (and the Nano 3 run)."""
     eval_batches: int = 8
     """Global batches of validation windows per evaluation."""
-    eval_every: int = 40
+    eval_every: int = bookkeeping(40)
     """Validation loss every this many steps (and at the last)."""
-    checkpoint_every: int = 40
+    checkpoint_every: int = bookkeeping(40)
     """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
     output_dir: Path = Path("runs/nano3/stage0_pretrain/training")
     """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import final_answer, read_problems
@@ -53,7 +54,7 @@ class Config:
     """Tokens generated per answer; default 112 with reasoning on (a worked sum is 60-100 tokens), 8 off."""
     batch_size: int = 16
     """Prompts per generate call."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage1_sft/evaluation")
     """Where the results and samples.json are written."""
@@ -74,9 +75,9 @@ def main(config: Config) -> Nano3SFTResults:
     sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()
     piped = config.checkpoint_path is None and config.checkpoint_artifact is None
-    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[sft],
+    dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                             stdin=piped, flag="--dataset-path")
-    base = load_upstream(Nano3PretrainCheckpoint, path=None, reference=None, scale=config.scale, made_from=[sft],
+    base = load_upstream(Nano3PretrainCheckpoint, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                          stdin=False, flag="--checkpoint-path")
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 

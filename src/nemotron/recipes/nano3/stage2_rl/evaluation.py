@@ -26,6 +26,7 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import final_answer, read_problems, reward
@@ -55,7 +56,7 @@ class Config:
     """Tokens generated per answer (reasoning on; a worked sum with its answer is 60-100 tokens)."""
     batch_size: int = 16
     """Prompts per generate call."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage2_rl/evaluation")
     """Where the results and samples.json are written."""
@@ -78,9 +79,9 @@ def main(config: Config) -> Nano3RLResults:
                             "need at least 1 sample per question and a temperature above 0")
     rl = Nano3RLCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()
-    sft = load_upstream(Nano3SFTCheckpoint, path=None, reference=None, scale=config.scale, made_from=[rl],
+    sft = load_upstream(Nano3SFTCheckpoint, path=None, tracked_artifact=None, scale=config.scale, made_from=[rl],
                         stdin=False, flag="--checkpoint-path")
-    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[rl],
+    dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[rl],
                             stdin=False, flag="--checkpoint-path")
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nemotron.artifact.fields import bookkeeping
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
@@ -82,9 +83,9 @@ class Config(TrainingSettings):
     """Weight of the KL to the SFT model (0: no reference model is kept)."""
     reward_function: str = "nemotron.data_prep.verifiable:reward"
     """module:function(completion, answer) -> float."""
-    eval_every: int = 10
+    eval_every: int = bookkeeping(10)
     """Unused by this step (the held-out numbers are stage-2 evaluation's); kept for the shared settings."""
-    checkpoint_every: int = 10
+    checkpoint_every: int = bookkeeping(10)
     """Checkpoint every this many steps (and at the last)."""
     output_dir: Path = Path("runs/nano3/stage2_rl/training")
     """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""
@@ -117,7 +118,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     score(reward_fn, ["a probe\n</think>\n0"], ["0"])  # a function that cannot score text fails here, not mid-run
     check_group_size(config.completions_per_step, config.group_size, flag="--completions-per-step")
     sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
-    dataset = load_upstream(Nano3SFTDataset, path=None, reference=None, scale=config.scale, made_from=[sft],
+    dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                             stdin=False, flag="--checkpoint-path")
     steps = config.steps or STEPS[config.scale]
     run = TrainingRun(config, inputs=[sft, dataset], steps=steps, name="grpo")
