@@ -71,3 +71,14 @@ def test_a_selection_that_is_not_there_is_one_clear_error(pretrain_dataset, tmp_
     with pytest.raises(NemotronError, match="selected-path"):
         data_curation.main(data_curation.Config(pretrain_dataset_path=pretrain_dataset.path, num_problems=20,
                                                 selected_path=tmp_path / "nowhere", output_dir=tmp_path / "sft"))
+
+
+def test_the_recipe_refuses_two_selections_before_any_work(tmp_path):
+    from nemotron.recipes.nano3 import __main__ as recipe
+
+    config = recipe.Config(output_dir=tmp_path / "runs", post_training_data=True)
+    config.stage1.data_curation.selected_path = tmp_path / "selected.parquet"
+    with pytest.raises(NemotronError, match="pass one of them"):
+        recipe.main(config)
+    assert not (tmp_path / "runs").exists()
+    assert recipe.Config().post_training_data is False  # off by default: past the tiny recipe's 300 s (README)
