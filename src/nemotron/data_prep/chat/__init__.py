@@ -6,6 +6,7 @@
     nano2.py      the nano2 format (ChatML): system / user / assistant text
     nano3.py      the nano3 format: ChatML plus reasoning on/off and tool calls
     harmony.py    the Harmony format of gpt-oss (its own o200k vocabulary), render and parse
+    records.py    post-training records (Harmony-normalized) -> each template's conversations and masks
     templates.py  the chat templates by name ("nano2", "nano3"): the one list that steps, the SFT
                   pipeline and the packed-Parquet writer look a `chat_template=` name up in
 

@@ -7,6 +7,12 @@ model of the same active size.
   stage1_sft        worked problems + chat data -> SFT of the MoE model -> exact match, reasoning on / off
   stage2_rl         GRPO from the SFT model on the checkable task -> held-out reward, SFT vs RL
 
+With `--post-training-data`, a stage before stage 1 runs the post-training data pipeline on its shipped demo
+records (normalize -> pools -> completion-NLL score -> embedding selection, `nemotron.recipes.post_training_data`)
+and stage-1 curation adds the selected records to its SFT data, in the nano3 template with their reasoning, tool
+calls and loss modes. It is off by default because it does not fit the tiny recipe's 300 s on 2 cores: the NLL
+scoring runs a 135M-parameter reference model over every candidate (README, "The post-training selection").
+
 The report card goes to `<output-dir>/report/report.md` (report.py): bits per byte of the MoE model,
 the dense model and a unigram baseline, loss curves and the expert load over training. Re-running skips
 what is up to date; an interrupted training step resumes from its last checkpoint. Every knob of every
@@ -19,11 +25,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nemotron.cli import run
+from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.report import write_report
 from nemotron.recipes.nano3.stage0_pretrain import __main__ as stage0
 from nemotron.recipes.nano3.stage1_sft import __main__ as stage1
 from nemotron.recipes.nano3.stage2_rl import __main__ as stage2
 from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, refuse_overridden_flags
+from nemotron.recipes.post_training_data import __main__ as post_training
 
 
 @dataclass
@@ -32,6 +40,11 @@ class Config(RecipeSettings):
 
     output_dir: Path = Path("runs/nano3")
     """Each stage writes into a folder of its own name under this one."""
+    post_training_data: bool = False
+    """Run the post-training data pipeline on its demo records and train stage-1 SFT on its selection too
+    (off by default: its NLL scoring alone is past the tiny recipe's time budget)."""
+    post_training: post_training.Config = field(default_factory=post_training.Config)
+    """Settings of the post-training data pipeline's steps (see its `__main__ --help`)."""
     stage0: stage0.Config = field(default_factory=stage0.Config)
     """Settings of stage 0's steps (see its `__main__ --help`)."""
     stage1: stage1.Config = field(default_factory=stage1.Config)
@@ -42,15 +55,22 @@ class Config(RecipeSettings):
 
 def main(config: Config) -> dict:
     refuse_overridden_flags(config)
+    if config.post_training_data and config.stage1.data_curation.selected_path is not None:
+        raise NemotronError("--post-training-data makes the selection that --stage1.data-curation.selected-path "
+                            "would give: pass one of them")
     if config.scale == "full":
-        from nemotron.errors import NemotronError
-
         raise NemotronError("--scale full is the published 31.6B Nemotron 3 Nano: no CPU trains it and this pipeline "
                             "does not chain the Megatron-Bridge hand-offs; run the steps one by one (stage-0 and "
                             "stage-1 training write run folders, README 'Going bigger'), or use --scale tiny|small|medium")
     shared = dict(scale=config.scale, seed=config.seed, force=config.force)
     pretrain = stage0.main(replace(config.stage0, output_dir=config.output_dir / "stage0_pretrain", **shared))
-    sft = stage1.main(replace(config.stage1, checkpoint_path=pretrain["nano3pretraincheckpoint"].path,
+    stage1_config = config.stage1
+    if config.post_training_data:
+        made = post_training.main(replace(config.post_training, output_dir=config.output_dir / "post_training_data",
+                                          **shared))
+        stage1_config = replace(stage1_config, data_curation=replace(
+            stage1_config.data_curation, selected_path=made["diverseselection"].path))
+    sft = stage1.main(replace(stage1_config, checkpoint_path=pretrain["nano3pretraincheckpoint"].path,
                               output_dir=config.output_dir / "stage1_sft", **shared))
     rl = stage2.main(replace(config.stage2, checkpoint_path=sft["nano3sftcheckpoint"].path,
                              output_dir=config.output_dir / "stage2_rl", **shared))

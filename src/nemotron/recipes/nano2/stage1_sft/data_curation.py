@@ -54,7 +54,7 @@ from nemotron.data_prep.conversations import (
     write_conversations,
 )
 from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
-from nemotron.data_prep.post_training.conversations import selected_conversations
+from nemotron.data_prep.chat.records import selected_conversations
 from nemotron.data_prep.splits import SPLITS, split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError

@@ -9,12 +9,18 @@
    of its SFT samples so the model learns both sides of the on/off switch -> nano2's chat data
    (chatterbot, no reasoning: `<think></think>` then the answer) -> the nano3 chat template with exact
    loss masks (`tokenize_nano3_conversation`; reasoning tokens trained or not, `--train-reasoning`) ->
+   the post-training selection, if given (`--selected-path`, `--selected-artifact`, or a DiverseSelection
+   on stdin beside the checkpoint): each record in the nano3 template with its reasoning and tool calls,
+   masked by its own `loss_mode` (`nemotron.data_prep.chat.records`; records the template cannot
+   express are counted by reason in `selected_skipped`) ->
    a seeded valid slice -> packed Parquet (`nemotron.data_prep.packing`).
 3. finalize: a `Nano3SFTDataset` with the counts.
 
 torch-free (the tokenizer comes from `transformers`, imported when used).
 
     python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training
+    python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training \
+        --selected-path runs/post_training_data/embed_select
 
 At scale the stage-0 model is still to be trained on the cluster when the SFT data is made, so, as in
 nano2, `--pretrain-dataset-path` takes the stage-0 PretrainDataset instead of a checkpoint: its tokenizer
@@ -30,18 +36,21 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact import ArtifactRef, apply_scale, mark_unfinished, read_stdin_artifacts, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, tokenize_nano3_conversation
+from nemotron.data_prep.chat.records import selected_conversations, tokenize_nano3_record
 from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.sources import read_chatterbot
 from nemotron.data_prep.verifiable import addition_problems, split_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset, PretrainDataset
+from nemotron.recipes.post_training_data.artifacts import DiverseSelection
 
 # Problems at full scale; apply_scale gives tiny 1,000, small 10,000. Operand digits per scale: there are
 # only 8,100 distinct two-digit sums, so the larger scales (which ask for more problems) use longer ones.
@@ -74,6 +83,11 @@ class Config:
     chat_data: bool = False
     """Add nano2's chat data (chatterbot, ~2,000 conversations). Off by default at tiny, measured: with it,
     300 SFT steps left held-out exact match at 0.00 (on) / 0.01 (off); without it, 0.16 / 0.04."""
+    selected_path: Path | None = None
+    """Post-training records to train on: a DiverseSelection folder (the pipeline's embed_select) or a
+    selected.parquet file; each keeps its reasoning, tool calls and `loss_mode`."""
+    selected_artifact: str | None = None
+    """Or a tracked reference such as `diverseselection:latest`."""
     valid_share: float = 0.05
     """Share of the training conversations kept for the validation loss."""
     pack_size: int | None = None
@@ -122,6 +136,10 @@ def main(config: Config) -> Nano3SFTDataset:
         conversations += [c["messages"] for c in chatterbot]
         chats = len(chatterbot)
     tokenized = [tokenize_nano3_conversation(tokenizer, messages, config.train_reasoning) for messages in conversations]
+    selection, (selected, selected_skipped) = _selection(config), ([], {})
+    if selection is not None:
+        selected, selected_skipped = selected_conversations(_selected_file(selection), "nano3")
+        tokenized += [tokenize_nano3_record(tokenizer, conversation) for conversation in selected]
     order = list(range(len(tokenized)))
     rng.shuffle(order)
     cut = max(1, round(len(order) * config.valid_share))
@@ -139,18 +157,41 @@ def main(config: Config) -> Nano3SFTDataset:
 
     # --- finalize ---
     print(f"data_curation: {len(train)} train problems ({len(reasoning_off)} without reasoning), {len(test)} held "
-          f"out, {chats} chats; {train_stats.rows} packed rows", file=sys.stderr)
+          f"out, {chats} chats, {len(selected)} selected records ({sum(selected_skipped.values())} the template "
+          f"cannot express); {train_stats.rows} packed rows", file=sys.stderr)
     metrics = {"train_problems": len(train), "reasoning_off_problems": len(reasoning_off), "test_problems": len(test),
-               "chat_conversations": chats, "valid_conversations": len(valid), "valid_rows": valid_stats.rows,
+               "chat_conversations": chats, "selected_records": len(selected),
+               "selected_loss_modes": dict(sorted(Counter(c["loss_mode"] for c in selected).items())),
+               "selected_skipped": dict(sorted(selected_skipped.items())),
+               "valid_conversations": len(valid), "valid_rows": valid_stats.rows,
                **{f"train_{k}": v for k, v in train_stats.as_metrics().items()},
                "wall_seconds": time.perf_counter() - started}
     return Nano3SFTDataset(
-        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[base],
+        path=out, config=asdict(config), scale=config.scale, seed=config.seed,
+        inputs=[base] + ([selection] if selection is not None else []),
         tokenizer_dir=out / "tokenizer", train_packed=out / "train.parquet", valid_packed=out / "valid.parquet",
         train_problems=out / "problems_train.jsonl", test_problems=out / "problems_test.jsonl", pack_size=pack_size,
         num_train_conversations=len(kept), num_test_problems=len(test), train_reasoning=config.train_reasoning,
         vocab_size=len(tokenizer), metrics=metrics,
     ).save()
+
+
+def _selection(config: Config) -> DiverseSelection | ArtifactRef | None:
+    """The selection input: a DiverseSelection (path, tracked reference, or on stdin beside a piped
+    checkpoint), a source reference to a bare Parquet file, or None when no selection is given."""
+    path = config.selected_path
+    if path is not None and Path(path).is_file():
+        return source_ref(Path(path))
+    piped = config.checkpoint_path is None and config.checkpoint_artifact is None and \
+        config.pretrain_dataset_path is None and DiverseSelection.type_name() in read_stdin_artifacts()
+    if path is None and config.selected_artifact is None and not piped:
+        return None
+    return DiverseSelection.load(path=path, reference=config.selected_artifact, scale=config.scale,
+                                 flag="--selected-path")
+
+
+def _selected_file(selection: DiverseSelection | ArtifactRef) -> Path:
+    return Path(selection.selected_path if isinstance(selection, DiverseSelection) else selection.path)
 
 
 if __name__ == "__main__":
