@@ -9,8 +9,9 @@ the template's newline and the first newline of the content) gets marked as assi
 is no longer exact. Like nanochat's `render_conversation` (Karpathy, 2025) we encode each piece on
 its own and concatenate, so every mask boundary is a token boundary by construction. It also
 matches inference: the prompt already ends in the token for "\\n", the model then generates content
-tokens starting fresh, which is exactly how the content was tokenized in training. For ordinary
-text the ids equal `apply_chat_template`'s wherever no token straddles two pieces.
+tokens starting fresh, which is exactly how the content was tokenized in training. The ids equal
+`apply_chat_template`'s except where one of its tokens straddles two pieces, or where a content holds
+a marker (tests/test_chat_random.py checks both on seeded random conversations).
 
 How content and markers are kept apart: by kind, never by value. Only the renderer makes marker
 pieces (`marker(IM_START_TOKEN)`), and only they become special-token ids; every other piece is text,
