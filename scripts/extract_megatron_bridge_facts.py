@@ -4,7 +4,7 @@
 packed Parquet / bin/idx data for its readers. Megatron-Bridge cannot be installed on a CPU machine,
 so the tests check our output against facts read from its source instead: this script parses the
 reference files with `ast` (nothing is imported or executed) and writes
-`src/nemotron/training/megatron_bridge_facts.json`:
+`src/nemotron/training/megatron_bridge/megatron_bridge_facts.json`:
 
 - `config_container`: every field of `ConfigContainer` and the class(es) its annotation names;
 - `classes`: every dataclass reachable from those fields (and from their dataclass-typed fields),
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUTPUT = REPO / "src" / "nemotron" / "training" / "megatron_bridge_facts.json"
+OUTPUT = REPO / "src" / "nemotron" / "training" / "megatron_bridge" / "megatron_bridge_facts.json"
 
 # The recipe functions whose parameters and templates we record (module, function).
 RECIPE_MODULES = [

@@ -1,6 +1,6 @@
 """The Megatron-Bridge hand-off, checked against facts extracted from Megatron-Bridge's own source.
 
-The facts (`src/nemotron/training/megatron_bridge_facts.json`, written by
+The facts (`src/nemotron/training/megatron_bridge/megatron_bridge_facts.json`, written by
 `scripts/extract_megatron_bridge_facts.py` from the reference commit it names) say which fields each
 ConfigContainer dataclass has, what the packed-Parquet reader requires and how its collate slices a row,
 and what type GPTDatasetConfig's blend has. These tests read only that file, never the reference.
@@ -338,3 +338,18 @@ def test_upload_puts_every_file_where_the_overrides_point(artifacts, tmp_path):
     assert (Path(overrides["tokenizer"]["tokenizer_model"]) / "tokenizer.json").is_file()
     with pytest.raises(NemotronError, match="plan.json not found"):
         mb.main(["show", str(tmp_path)])
+
+
+def test_the_command_line_shows_a_run_folder_and_refuses_anything_else(artifacts, tmp_path):
+    import subprocess
+
+    plan, _ = run_folders(artifacts, tmp_path)
+    command = [sys.executable, "-m", "nemotron.training.megatron_bridge"]
+    shown = subprocess.run([*command, "show", plan.run_folder], capture_output=True, text=True)
+    assert shown.returncode == 0 and shown.stdout == "", shown.stderr
+    assert f"{plan.recipe_module}.{plan.recipe_function}()" in shown.stderr and "torchrun.sh" in shown.stderr
+    missing = subprocess.run([*command, "train", str(tmp_path)], capture_output=True, text=True)
+    assert (missing.returncode, missing.stderr) == (2, f"error: {tmp_path}/plan.json not found; pass a run folder "
+                                                       "written by write_run_folder\n")
+    unknown = subprocess.run([*command, "launch", plan.run_folder], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "invalid choice: 'launch'" in unknown.stderr

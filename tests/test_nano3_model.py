@@ -12,7 +12,7 @@ from nemotron.errors import NemotronError
 from nemotron.models import nano3
 from nemotron.models.nano3 import Routing
 
-FACTS = Path(nano3.__file__).parents[1] / "training" / "megatron_bridge_facts.json"
+FACTS = Path(nano3.__file__).parents[1] / "training" / "megatron_bridge" / "megatron_bridge_facts.json"
 RECIPE = "nemotron_3_nano_pretrain_8gpu_h100_bf16_config"
 
 # Megatron-Bridge HybridModelProvider argument -> our NemotronHConfig field.

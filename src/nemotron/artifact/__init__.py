@@ -21,7 +21,7 @@ This module is the contract (the `Artifact` model, `apply_scale`); one concept p
 `digest` (what the content hash covers), `fields` (a Config field's role: content, location,
 execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git),
 `pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage` and `upstream`.
-Every public name of those first four is importable from `nemotron.artifact` too.
+The names steps use from the first five (`__all__`) are importable from `nemotron.artifact` too.
 
 Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
 """

@@ -147,7 +147,8 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     bias_rate = nano3.BIAS_UPDATE_RATE if config.bias_update_rate is None else config.bias_update_rate
     if config.hands_off:
         return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale],
-                        family="nano3", model={"moe_aux_loss_coeff": aux_coeff, "moe_router_bias_update_rate": bias_rate})
+                        family="nano3",
+                        provider_overrides={"moe_aux_loss_coeff": aux_coeff, "moe_router_bias_update_rate": bias_rate})
 
     # --- compute init ---
     run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain-dense" if config.dense else "pretrain-moe")

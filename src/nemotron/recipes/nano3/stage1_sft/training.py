@@ -118,11 +118,12 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
             raise NemotronError(f"{dataset.path} was curated before Nano3SFTDataset kept its vocabulary size; re-run "
                                 "stage-1 data curation (--pretrain-dataset-path at scale)")
         return hand_off("sft", config, dataset, steps, dataset.pack_size, stage0.checkpoint_location, family="nano3",
-                        model={"moe_aux_loss_coeff": config.aux_loss_coeff,
-                               "moe_router_bias_update_rate": config.bias_update_rate})
+                        provider_overrides={"moe_aux_loss_coeff": config.aux_loss_coeff,
+                                            "moe_router_bias_update_rate": config.bias_update_rate})
     piped = config.dataset_path is None and config.dataset_artifact is None
     base = load_upstream(Nano3PretrainCheckpoint, path=config.checkpoint_path,
-                         tracked_artifact=config.checkpoint_artifact, scale=config.scale, made_from=[dataset], stdin=piped, flag="--checkpoint-path")
+                         tracked_artifact=config.checkpoint_artifact, scale=config.scale, made_from=[dataset],
+                         stdin=piped, flag="--checkpoint-path")
     if base.dense:
         raise NemotronError(f"{base.path} is the dense counterpart; stage 1 fine-tunes the MoE model (stage-0 "
                             "training/, not training_dense/)")
