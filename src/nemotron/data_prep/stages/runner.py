@@ -110,7 +110,8 @@ def _discard(run_dir: storage.PathLike, item: WorkItem) -> bool:
     leftovers = [receipt_path(run_dir, item.name), *(storage.join(run_dir, name) for name in names)]
     removed = [path for path in leftovers if storage.remove(path)]
     if not storage.is_url(run_dir):  # temp files of interrupted atomic writes
-        temps = sorted(Path(run_dir).glob(f"**/.{item.name}.*.tmp"))
+        folders = [Path(run_dir) / split for split in SPLITS] + [Path(receipt_path(run_dir, item.name)).parent]
+        temps = sorted(path for folder in folders for path in folder.glob(f".{item.name}.*.tmp"))
         for path in temps:
             path.unlink(missing_ok=True)
         removed += temps
