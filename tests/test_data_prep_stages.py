@@ -158,3 +158,13 @@ def test_ray_writes_the_bytes_of_one_process(data, tmp_path):
         ray.shutdown()  # the local Ray it started; other test modules start their own
     assert on_ray.run_hash == local.run_hash and sum(on_ray.statuses.values()) > 8
     assert _files(Path(on_ray.output_dir)) == _files(Path(local.output_dir))
+
+
+def test_a_run_where_no_document_reaches_a_shard_is_one_clear_error(data, tmp_path):
+    from nemotron.errors import NemotronError
+
+    source = tmp_path / "empty_texts.jsonl"
+    source.write_text(json.dumps({"text": ""}) + "\n" + json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(NemotronError, match="no document reached a shard .*check the sources' text field"):
+        run_pretrain_pipeline(blend=DataBlend(sources=[{"path": str(source)}]), output_dir=tmp_path / "out",
+                              tokenizer=data["tokenizer"])

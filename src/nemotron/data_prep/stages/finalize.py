@@ -62,6 +62,10 @@ def finalize(plan: StagePlan, blend: DataBlend, output_format: str) -> tuple[dic
                 stats.paths.append(str(storage.join(plan.output_dir, split, item.name)))
             elif not fmt.indexed:
                 stats.paths += [str(storage.join(plan.output_dir, name)) for name in files]
+    if not any(stats.paths for stats in splits.values()):
+        raise NemotronError(f"run {plan.output_dir}: no document reached a shard (counts: {totals}); "
+                            "check the sources' text field and the filters")
+    splits = {split: splits[split] for split in SPLITS if split in splits}
     _weigh(splits, blend, output_format)
     summary = {"run_hash": plan.run_hash, "counts": totals,
                "splits": {split: {"totals": s.totals, "shards": s.shards} for split, s in splits.items()}}
