@@ -59,13 +59,16 @@ def run_work_items(
     *,
     executor: str = "local",
     workers: int = 1,
+    cpus_per_item: float = 1.0,
 ) -> Iterator[Result]:
-    """Run `work(setup(payload), item)` for every item; yield each result as its item finishes."""
+    """Run `work(setup(payload), item)` for every item; yield each result as its item finishes.
+
+    `cpus_per_item` is what Ray reserves for one item's task (the stages' declared resources)."""
     check_executor(executor)
     if not items:
         return
     if executor == "ray":
-        yield from _run_on_ray(work, items, setup, payload, workers)
+        yield from _run_on_ray(work, items, setup, payload, workers, cpus_per_item)
     elif workers <= 1:
         state = setup(payload)
         for item in items:
@@ -131,13 +134,13 @@ def _ray_task(work, setup, key: str, payload_box: list, item):
     return work(state, item)
 
 
-def _run_on_ray(work, items, setup, payload, workers: int) -> Iterator:
+def _run_on_ray(work, items, setup, payload, workers: int, cpus_per_item: float = 1.0) -> Iterator:
     import ray
 
     connect_ray(workers)
     key = hashlib.sha256(repr((work.__qualname__, setup.__qualname__, payload)).encode()).hexdigest()
     payload_box = [ray.put(payload)]  # in a list, so Ray does not fetch it for every task
-    task = ray.remote(num_cpus=1, max_retries=RAY_MAX_RETRIES)(_ray_task)
+    task = ray.remote(num_cpus=cpus_per_item, max_retries=RAY_MAX_RETRIES)(_ray_task)
     # A bounded queue: at most two tasks per CPU in flight, the next submitted as one finishes, so a
     # plan of a million work items never sits in Ray's scheduler (or its object store) at once.
     window = 2 * max(workers, int(ray.cluster_resources().get("CPU", 1)))

@@ -67,8 +67,10 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
     jobs = [(plan.run_hash, plan.output_dir, item) for item in plan.items]
     report = Progress(len(jobs), [stage.name for stage in plan.stages], enabled=progress)
     statuses = {}
+    # The stages are fused on one worker, so an item needs what its most demanding stage declares.
+    cpus = max(stage.resources.cpus for stage in plan.stages)
     for name, status, counts in run_work_items(_item_job, jobs, _setup_stages, plan.stages,
-                                               executor=executor, workers=workers):
+                                               executor=executor, workers=workers, cpus_per_item=cpus):
         statuses[name] = status
         report.update(status, counts)
     report.close()
