@@ -168,3 +168,25 @@ def test_a_run_where_no_document_reaches_a_shard_is_one_clear_error(data, tmp_pa
     with pytest.raises(NemotronError, match="no document reached a shard .*check the sources' text field"):
         run_pretrain_pipeline(blend=DataBlend(sources=[{"path": str(source)}]), output_dir=tmp_path / "out",
                               tokenizer=data["tokenizer"])
+
+
+def test_the_stage_counts_reach_a_wandb_run_as_a_table(data, tmp_path, monkeypatch):
+    from nemotron.trackers import NoOpTracker, WandbTracker, set_lineage_tracker
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracker = set_lineage_tracker(WandbTracker(project="nemotron-test", run_dir=tmp_path))
+    try:
+        result = run_pretrain_pipeline(blend=DataBlend(sources=[{"path": str(data["root"] / "docs.jsonl")}]),
+                                       output_dir=tmp_path / "out", tokenizer=data["tokenizer"], filters="default",
+                                       work_item_bytes=20_000)
+    finally:
+        tracker.finish()
+        set_lineage_tracker(NoOpTracker())
+    table = next(json.loads(p.read_text()) for p in tmp_path.rglob("*.table.json") if p.name.startswith("counts"))
+    assert table["columns"] == ["stage", "what", "count"]
+    rows = {(stage, what): count for stage, what, count in table["data"]}
+    assert rows[("write", "train/tokens")] == result.total_tokens
+    assert rows[("items", "written")] == sum(result.statuses.values())
+    removed = {what: n for (stage, what), n in rows.items() if stage == "filter" and what.startswith("removed")}
+    assert removed == {k.removeprefix("filter/"): v for k, v in result.counts.items() if k.startswith("filter/removed")}

@@ -33,6 +33,7 @@ from nemotron.data_prep.formats import FORMATS
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
 from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.errors import NemotronError
+from nemotron.trackers import get_lineage_tracker
 
 # Part of the run hash: bump it when a code change alters the bytes a work item would produce.
 STAGES_VERSION = 1
@@ -74,7 +75,21 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
         statuses[name] = status
         report.update(status, counts)
     report.close()
+    _report_to_tracker(plan, report.counts, statuses, executor)
     return statuses
+
+
+def _report_to_tracker(plan: StagePlan, counts: dict[str, int], statuses: dict[str, str], executor: str) -> None:
+    """The run's counts per stage (read, removed by each filter, written per split) and its work items'
+    statuses as one table on the active tracker (W&B, a ledger line, or nothing). A table, not metrics:
+    a metric would advance the W&B step counter of the training steps that log into the same run."""
+    log_table = getattr(get_lineage_tracker(), "log_table", None)
+    if log_table is None:
+        return
+    rows = [[*key.split("/", 1), value] for key, value in sorted(counts.items())]
+    rows += [["items", status, list(statuses.values()).count(status)] for status in sorted(set(statuses.values()))]
+    rows.append(["items", f"executor {executor}", len(statuses)])
+    log_table(f"data_prep/stages/{plan.run_hash[:16]}/counts", ["stage", "what", "count"], rows)
 
 
 def _setup_stages(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
