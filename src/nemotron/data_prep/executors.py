@@ -14,12 +14,13 @@ Executors:
 - "local", workers=1: every item in this process, one after the other (no start-up cost at all).
 - "local", workers=N: a pool of N spawned processes on this machine. Spawn, not fork: the parent's
   Rust thread pools must not be copied into the children, and it behaves the same on Linux and macOS.
-- "ray": one Ray task per item (1 CPU each). `RAY_ADDRESS` names a running cluster (`ray start
-  --head` on one node, `ray start --address=...` on the others, the nemotron package installed on
-  every node); without it a local Ray starts with `workers` CPUs. An already initialised Ray (e.g. a
-  notebook's `ray.init()`) is used as it is. A worker that dies (a killed process, a lost node) has its
-  task retried by Ray (`max_retries`); a work item is idempotent, because it redoes a shard only when
-  its receipt does not prove it done and clears what an interrupted attempt left behind.
+- "ray": one Ray task per item (1 CPU each), at most two per CPU in flight (a bounded queue).
+  `RAY_ADDRESS` names a running cluster (`ray start --head` on one node, `ray start --address=...` on
+  the others, the nemotron package installed on every node); without it a local Ray starts with
+  `workers` CPUs. An already initialised Ray (e.g. a notebook's `ray.init()`) is used as it is. A
+  worker that dies (a killed process, a lost node) has its task retried by Ray (`max_retries`); a
+  work item is idempotent, because it redoes a shard only when its receipt does not prove it done and
+  clears what an interrupted attempt left behind.
 
 In pool and Ray workers the processes are the parallelism, so library thread pools (the Rust
 tokenizer's) are switched off there: two layers of parallelism would only oversubscribe the cores.
@@ -28,6 +29,7 @@ tokenizer's) are switched off there: two layers of parallelism would only oversu
 from __future__ import annotations
 
 import hashlib
+import itertools
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -57,13 +59,16 @@ def run_work_items(
     *,
     executor: str = "local",
     workers: int = 1,
+    cpus_per_item: float = 1.0,
 ) -> Iterator[Result]:
-    """Run `work(setup(payload), item)` for every item; yield each result as its item finishes."""
+    """Run `work(setup(payload), item)` for every item; yield each result as its item finishes.
+
+    `cpus_per_item` is what Ray reserves for one item's task (the stages' declared resources)."""
     check_executor(executor)
     if not items:
         return
     if executor == "ray":
-        yield from _run_on_ray(work, items, setup, payload, workers)
+        yield from _run_on_ray(work, items, setup, payload, workers, cpus_per_item)
     elif workers <= 1:
         state = setup(payload)
         for item in items:
@@ -129,17 +134,22 @@ def _ray_task(work, setup, key: str, payload_box: list, item):
     return work(state, item)
 
 
-def _run_on_ray(work, items, setup, payload, workers: int) -> Iterator:
+def _run_on_ray(work, items, setup, payload, workers: int, cpus_per_item: float = 1.0) -> Iterator:
     import ray
 
     connect_ray(workers)
     key = hashlib.sha256(repr((work.__qualname__, setup.__qualname__, payload)).encode()).hexdigest()
     payload_box = [ray.put(payload)]  # in a list, so Ray does not fetch it for every task
-    task = ray.remote(num_cpus=1, max_retries=RAY_MAX_RETRIES)(_ray_task)
-    pending = [task.remote(work, setup, key, payload_box, item) for item in items]
+    task = ray.remote(num_cpus=cpus_per_item, max_retries=RAY_MAX_RETRIES)(_ray_task)
+    # A bounded queue: at most two tasks per CPU in flight, the next submitted as one finishes, so a
+    # plan of a million work items never sits in Ray's scheduler (or its object store) at once.
+    window = 2 * max(workers, int(ray.cluster_resources().get("CPU", 1)))
+    waiting = iter(items)
+    pending = [task.remote(work, setup, key, payload_box, item) for item in itertools.islice(waiting, window)]
     try:
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
+            pending += [task.remote(work, setup, key, payload_box, item) for item in itertools.islice(waiting, 1)]
             try:
                 yield ray.get(done[0])
             except ray.exceptions.RayTaskError as error:

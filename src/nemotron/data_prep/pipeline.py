@@ -3,35 +3,35 @@
     from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
 
     result = run_pretrain_pipeline(blend=DataBlend.load("blend.json"), output_dir="data/pretrain",
-                                   tokenizer="tokenizer/", num_shards=64, executor="ray")
+                                   tokenizer="tokenizer/", executor="ray")
     result.run_hash, result.total_tokens, result.data_paths["train"]    # bin/idx prefixes per split
 
     result = run_sft_pipeline(blend=chats_blend, output_dir="data/sft", tokenizer="tokenizer/",
-                              num_shards=8, chat_template="nano2", pack_size=4096)
+                              chat_template="nano2", pack_size=4096)
     result.run_hash, result.total_sequences, result.data_paths["train"]  # packed Parquet files
 
-A thin layer over what the recipes use, in the cookbook's three phases:
-1. setup: resolve the tokenizer (a local folder, or a name `AutoTokenizer` finds in the local
-   Hugging Face cache; nothing is downloaded), draw each split of the blend (weights, hash-of-id
-   splits: `blend.py`) into `<output_dir>/splits/<split>.jsonl`;
-2. pipeline: one sharded, receipted run per split (`shards.py`), on the local pool or Ray;
-3. finalize: the runs' totals, and `<output_dir>/data_paths.json` (the per-split file lists that a
-   Megatron-Bridge config takes as `blend_per_split` or packed Parquet paths).
+Each is a visible list of stages (`stages/`), the shape of the Nemotron data-prep cookbook:
 
-The draw runs in this process, since weights and splits need every document's id; the costly part,
-tokenizing (and packing) the documents, fans out as shard work items. `output_dir` and the blend's
-sources may be local or object-store URLs (`s3://...`); re-running with the same inputs re-uses
-every shard whose receipt holds, so an interrupted run resumes where it stopped.
+    plan (driver)   list the blend's files, cut them into work items; no document is read here
+    read            a work item's documents (local files, s3:// gs:// hf:// through fsspec)
+    filter + split  per document: quality filters, the split from a hash of its id
+    write           tokenize and write one shard per split (bin/idx, packed Parquet: `formats/`)
+    finalize        receipts -> statistics, `data_paths.json`, `blend.json`
 
-Unlike the recipe steps, this makes no quality filtering, no dedup and no artifact: it is the library
-call a notebook or another framework makes (the nano2 stage-0 curation step shows the full pipeline).
+To customise, copy the function and edit its `stages` list (docs/data-prep.md: how to add a stage).
+Work items run in this process, a local process pool or on Ray (`executor`, `workers`); the bytes are
+the same everywhere. No process holds the corpus: the driver keeps work items and counts, a worker
+one batch of one work item. Weights are honoured as Megatron-Core does at training time:
+`blend.json` gives every shard its weight (source weight x the shard's share of the source), the
+`blend_per_split` a `BlendedMegatronDatasetConfig` takes, instead of a global draw. Re-running with
+the same inputs re-uses every work item whose receipt holds, so an interrupted run resumes.
+
+Unlike the recipe steps, this makes no artifact: it is the library call a notebook or another
+framework makes (the nano2 stage-0 curation step shows the full curation with dedup).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,20 +41,33 @@ from pathlib import Path
 from nemotron.data_prep import storage
 from nemotron.data_prep.blend import DataBlend
 from nemotron.data_prep.executors import check_executor
-from nemotron.data_prep.shards import RunStats, plan_run, run_shards
-from nemotron.data_prep.sources import Document
+from nemotron.data_prep.stages import (
+    FilterSplitStage,
+    ReadStage,
+    Stage,
+    TokenizeWriteStage,
+    plan_stages,
+    plan_work_items,
+    run_stages,
+)
+from nemotron.data_prep.stages.finalize import SplitStats, finalize, write_data_paths
 from nemotron.errors import NemotronError
+
+# Input bytes per work item: what one worker holds at a time bounds by this, not by the corpus.
+WORK_ITEM_BYTES = 64 << 20
 
 
 @dataclass
 class PipelineResult:
-    """What a pipeline made: one receipted shard run per split."""
+    """What a pipeline made: one receipted run of work items, its shards grouped by split."""
 
-    run_hash: str  # sha256 over the split runs' run hashes: same inputs, same hash
+    run_hash: str  # the run's hash: inputs' checksums, work items and every stage's parameters
     output_dir: storage.PathLike
     tokenizer: str  # the tokenizer as given (a folder or a cached hub name)
-    splits: dict[str, RunStats]  # per split: the shard run (counts per shard, skipped/written)
+    splits: dict[str, SplitStats]  # per split: shards with counts, paths and blend weights
     data_paths: dict[str, list[str]] = field(default_factory=dict)  # per split: bin/idx prefixes or Parquet files
+    counts: dict[str, int] = field(default_factory=dict)  # per stage: read, removed by each filter, written
+    statuses: dict[str, int] = field(default_factory=dict)  # work items written / redone / skipped (done before)
 
 
 @dataclass
@@ -73,44 +86,50 @@ def run_pretrain_pipeline(
     blend: DataBlend,
     output_dir: str | Path,
     tokenizer: str | Path,
-    num_shards: int = 8,
+    num_shards: int = 1,
     executor: str = "local",
     workers: int = 1,
-    seed: int = 0,
+    filters: str = "none",
+    work_item_bytes: int = WORK_ITEM_BYTES,
 ) -> PretrainResult:
     """Tokenize every split of `blend` into bin/idx shards (EOS after each document).
 
-    `executor="local"` runs the shards in this process (`workers=1`) or in a pool of `workers`
+    `executor="local"` runs the work items in this process (`workers=1`) or in a pool of `workers`
     processes (a script then needs the usual `if __name__ == "__main__":` guard, since pool workers
     are spawned); `executor="ray"` runs them as Ray tasks (`RAY_ADDRESS`, else a local Ray with
-    `workers` CPUs). `seed` seeds the blend's weighted draw and shuffle.
+    `workers` CPUs). `num_shards` is the least number of work items per input file (more when a file
+    is larger than `work_item_bytes`); `filters` names a quality filter set ("none", "default").
     """
     check_executor(executor)
     with resolved_tokenizer(tokenizer) as tokenizer_dir:
-        runs = {}
-        for split, jsonl in _draw_splits(blend, output_dir, seed, _document_record):
-            plan = plan_run(jsonl, tokenizer_dir, storage.join(output_dir, split), num_shards)
-            runs[split] = _run(plan, split, executor, workers)
-    paths = {split: [str(prefix) for prefix in stats.prefixes] for split, stats in runs.items()}
-    _write_data_paths(output_dir, paths)
-    return PretrainResult(run_hash=_combined_hash(runs), output_dir=output_dir, tokenizer=str(tokenizer),
-                          splits=runs, data_paths=paths, total_tokens=sum(r.tokens for r in runs.values()),
-                          total_documents=sum(r.documents for r in runs.values()))
+        stages = [
+            ReadStage(mode="text"),
+            FilterSplitStage(blend.split, filters=filters),
+            TokenizeWriteStage("bin_idx", tokenizer_dir),
+        ]
+        splits, counts, statuses, run = _run(blend, stages, output_dir, num_shards, work_item_bytes, executor, workers)
+    paths = write_data_paths(output_dir, splits)
+    return PretrainResult(run_hash=run.run_hash, output_dir=run.output_dir, tokenizer=str(tokenizer), splits=splits,
+                          data_paths=paths, counts=counts, statuses=statuses,
+                          total_tokens=sum(s.totals.get("tokens", 0) for s in splits.values()),
+                          total_documents=sum(s.totals.get("documents", 0) for s in splits.values()))
 
 
 def run_sft_pipeline(
     blend: DataBlend,
     output_dir: str | Path,
     tokenizer: str | Path,
-    num_shards: int = 8,
+    num_shards: int = 1,
     chat_template: str = "nano2",
     pack_size: int = 4096,
     executor: str = "local",
     workers: int = 1,
     seed: int = 0,
+    work_item_bytes: int = WORK_ITEM_BYTES,
 ) -> SFTResult:
     """Tokenize every split of a blend of chats (`{"messages": [...]}` JSONL, or "chatterbot") with an
-    assistant-only loss mask and pack each shard into packed Parquet rows of `pack_size` tokens."""
+    assistant-only loss mask and pack each work item's conversations into packed Parquet rows of
+    `pack_size` tokens. `seed` seeds the packing order."""
     check_executor(executor)
     options = {"pack_size": pack_size, "chat_template": chat_template, "seed": seed}
     with resolved_tokenizer(tokenizer) as tokenizer_dir:
@@ -118,16 +137,17 @@ def run_sft_pipeline(
         from nemotron.data_prep.tokenizer import load_tokenizer
 
         check_chat_tokenizer(load_tokenizer(tokenizer_dir), tokenizer, chat_template)  # before any work starts
-        runs = {}
-        for split, jsonl in _draw_splits(blend, output_dir, seed, _chat_record, read=_read_chats):
-            plan = plan_run(jsonl, tokenizer_dir, storage.join(output_dir, split), num_shards,
-                            output_format="packed_parquet", options=options)
-            runs[split] = _run(plan, split, executor, workers)
-    paths = {split: [str(path) for path in stats.outputs] for split, stats in runs.items()}
-    _write_data_paths(output_dir, paths)
-    return SFTResult(run_hash=_combined_hash(runs), output_dir=output_dir, tokenizer=str(tokenizer),
-                     splits=runs, data_paths=paths, total_sequences=sum(r.totals["rows"] for r in runs.values()),
-                     total_conversations=sum(r.totals["conversations"] for r in runs.values()))
+        stages = [
+            ReadStage(mode="chat"),
+            FilterSplitStage(blend.split),
+            TokenizeWriteStage("packed_parquet", tokenizer_dir, options, record="chat"),
+        ]
+        splits, counts, statuses, run = _run(blend, stages, output_dir, num_shards, work_item_bytes, executor, workers)
+    paths = write_data_paths(output_dir, splits)
+    return SFTResult(run_hash=run.run_hash, output_dir=run.output_dir, tokenizer=str(tokenizer), splits=splits,
+                     data_paths=paths, counts=counts, statuses=statuses,
+                     total_sequences=sum(s.totals.get("rows", 0) for s in splits.values()),
+                     total_conversations=sum(s.totals.get("conversations", 0) for s in splits.values()))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -158,66 +178,15 @@ def resolved_tokenizer(tokenizer: str | Path) -> Iterator[Path]:
         yield Path(folder)
 
 
-def _draw_splits(blend: DataBlend, output_dir, seed: int, to_record, read=None) -> Iterator[tuple[str, object]]:
-    """Draw each split of the blend and write it as `<output_dir>/splits/<split>.jsonl`; yield them."""
-    documents, counts = (read or DataBlend.read)(blend)
-    for split in blend.splits:
-        drawn, _ = blend.draw(documents, split, seed=seed)
-        text = "".join(json.dumps(to_record(doc), ensure_ascii=False, sort_keys=True) + "\n" for doc in drawn)
-        path = storage.join(output_dir, "splits", f"{split}.jsonl")
-        storage.make_folder(storage.join(output_dir, "splits"))
-        storage.write_text(path, text)
-        print(f"data_prep: {split}: {len(drawn)} records drawn from {counts}", file=sys.stderr)
-        yield split, path
-
-
-def _document_record(doc: Document) -> dict:
-    return {"id": doc.id, "source": doc.source, "text": doc.text}
-
-
-def _chat_record(doc: Document) -> dict:
-    return json.loads(doc.text)  # the chat record itself, as the source held it
-
-
-def _read_chats(blend: DataBlend) -> tuple[list[Document], dict[str, dict]]:
-    """Every chat record of the blend, as Documents whose text is the record's canonical JSON (so the
-    blend's weighted, hash-of-id draw works unchanged); ids come from "id", else the JSON's sha1."""
-    from nemotron.data_prep.conversations import chatterbot_pool
-    from nemotron.data_prep.transforms import read_jsonl
-
-    documents, counts = [], {}
-    for _, entry in blend.entries():
-        if entry.path == "chatterbot":
-            records, malformed = chatterbot_pool()[0], 0
-        else:
-            with storage.local_copy(entry.path, blend._base_dir) as path:
-                records, malformed = read_jsonl(path)
-        for record in records:
-            text = json.dumps(record, ensure_ascii=False, sort_keys=True)
-            doc_id = str(record.get("id") or hashlib.sha1(text.encode()).hexdigest())
-            documents.append(Document(doc_id, text, entry.label))
-        counts[entry.label] = {"read": len(records), "malformed": malformed}
-        if not records:
-            raise NemotronError(f"blend source {entry.path}: no chat records; each line must be "
-                                '{"messages": [{"role": ..., "content": ...}, ...]}')
-    return documents, counts
-
-
-# ---------------------------------------------------------------------------------------------------
-# pipeline and finalize
-# ---------------------------------------------------------------------------------------------------
-
-
-def _run(plan, split: str, executor: str, workers: int) -> RunStats:
-    stats = run_shards(plan, workers=workers, executor=executor)
-    print(f"data_prep: {split}: {len(stats.shards)} shards ({stats.written} written, {stats.redone} redone, "
-          f"{stats.skipped} already done) in {stats.output_dir}", file=sys.stderr)
-    return stats
-
-
-def _combined_hash(runs: dict[str, RunStats]) -> str:
-    return hashlib.sha256(json.dumps({split: r.run_hash for split, r in runs.items()}, sort_keys=True).encode()).hexdigest()
-
-
-def _write_data_paths(output_dir, paths: dict[str, list[str]]) -> None:
-    storage.write_text(storage.join(output_dir, "data_paths.json"), json.dumps(paths, indent=2) + "\n")
+def _run(blend: DataBlend, stages: list[Stage], output_dir, num_shards: int, work_item_bytes: int,
+         executor: str, workers: int):
+    """plan -> the worker stages on the executor -> finalize; the one sequence both pipelines share."""
+    items, inputs = plan_work_items(blend, work_item_bytes, min_items_per_file=num_shards)
+    output_format = next(stage.output_format for stage in stages if isinstance(stage, TokenizeWriteStage))
+    run = plan_stages(items, inputs, stages, storage.join(output_dir, "runs"))
+    statuses = run_stages(run, executor=executor, workers=workers)
+    splits, counts = finalize(run, blend, output_format)
+    tally = {status: list(statuses.values()).count(status) for status in ("written", "redone", "skipped")}
+    for stats in splits.values():
+        stats.skipped = tally["skipped"]
+    return splits, counts, tally, run

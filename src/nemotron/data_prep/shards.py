@@ -18,8 +18,8 @@ The run reads as the Nemotron data-prep cookbook's three phases:
 
 Output formats (`output_format`): "bin_idx" (above, for pretraining), "packed_parquet" (chat
 conversations tokenized with an exact loss mask and packed per shard, for SFT) and "jsonl" (records
-reshaped by a named transform); the last two are written by `shard_formats.py`, and every format is
-sharded, receipted and resumed the same way.
+reshaped by a named transform). Each is one writer in the format registry (`formats/`); this module
+never branches on a format's name, and every format is sharded, receipted and resumed the same way.
 
 Storage: the input and the output root may be local paths or fsspec URLs (`s3://`, `gs://`,
 `hf://`, see `storage.py`). Toward an object store a worker writes its shard to a local scratch
@@ -53,13 +53,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from nemotron.data_prep import storage
 from nemotron.data_prep.executors import check_executor, run_work_items
-from nemotron.data_prep.indexed import IndexedWriter, best_dtype
+from nemotron.data_prep.formats import FORMATS, ShardInput, get_format
 from nemotron.data_prep.receipts import (
     Receipt,
     is_done,
@@ -74,11 +72,8 @@ from nemotron.trackers import get_lineage_tracker
 
 # Part of the run hash: bump it when a code change alters the bytes a shard would contain.
 SHARD_FORMAT_VERSION = 1
-# Documents tokenized per call into the Rust tokenizer (amortizes the Python -> Rust overhead).
-_BATCH_DOCUMENTS = 512
 # What each output format writes per shard (the receipt checksums these files).
-OUTPUT_SUFFIXES = {"bin_idx": (".bin", ".idx"), "packed_parquet": (".parquet",), "jsonl": (".jsonl",)}
-PROGRESS_LABELS = {"bin_idx": "tokenize shards", "packed_parquet": "pack shards", "jsonl": "jsonl shards"}
+OUTPUT_SUFFIXES = {name: fmt.suffixes for name, fmt in FORMATS.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,7 +118,7 @@ class ShardPlan:
         return storage.join(self.output_dir, spec.name)
 
     def output_names(self, spec: ShardSpec) -> list[str]:
-        return [f"{spec.name}{suffix}" for suffix in OUTPUT_SUFFIXES[self.output_format]]
+        return [f"{spec.name}{suffix}" for suffix in get_format(self.output_format).suffixes]
 
 
 def plan_run(
@@ -140,8 +135,7 @@ def plan_run(
     `input_jsonl` and `output_root` may be fsspec URLs; `tokenizer_dir` is a local folder.
     """
     input_path = input_jsonl if storage.is_url(input_jsonl) else Path(input_jsonl)
-    if output_format not in OUTPUT_SUFFIXES:
-        raise NemotronError(f"unknown output_format {output_format!r}; use one of {', '.join(OUTPUT_SUFFIXES)}")
+    fmt = get_format(output_format)
     if not storage.exists(input_path):
         raise NemotronError(
             f"input JSONL not found: {input_path}; pass a file with one {{\"{text_field}\": ...}} per line"
@@ -151,10 +145,7 @@ def plan_run(
     if storage.size(input_path) == 0:
         raise NemotronError(f"input JSONL {input_path} is empty; pass a file with at least one document")
     options = dict(options or {})
-    if output_format != "bin_idx":
-        from nemotron.data_prep.shard_formats import check_options
-
-        check_options(output_format, options)
+    fmt.check_options(options)
     fingerprint = {
         "format_version": SHARD_FORMAT_VERSION,
         "input_sha256": storage.sha256(input_path),
@@ -162,25 +153,24 @@ def plan_run(
         "num_shards": num_shards,
         "text_field": text_field,
     }
-    if output_format != "bin_idx":  # only then, so bin/idx runs keep the run hashes (and folders) they had
-        fingerprint |= {"output_format": output_format, "options": options}
+    fingerprint |= fmt.fingerprint(options)
     dtype, eos_id, tokenizer_json = "", -1, ""
     if tokenizer_dir is not None:
         from nemotron.data_prep.tokenizer import load_tokenizer  # imports transformers: only here
 
         tokenizer_dir = Path(tokenizer_dir)
         tokenizer = load_tokenizer(tokenizer_dir)
-        if tokenizer.eos_token_id is None and output_format == "bin_idx":
+        if tokenizer.eos_token_id is None and fmt.needs_eos:
             raise NemotronError(
                 f"the tokenizer in {tokenizer_dir} has no eos_token; set one so documents can be separated"
             )
         fingerprint["tokenizer_sha256"] = {
             path.name: storage.sha256(path) for path in sorted(tokenizer_dir.iterdir()) if path.is_file()
         }
-        dtype = best_dtype(len(tokenizer)).name if output_format == "bin_idx" else ""
+        dtype = fmt.token_dtype(len(tokenizer))
         eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else -1
         tokenizer_json = tokenizer.backend_tokenizer.to_str()
-    elif output_format != "jsonl":
+    elif fmt.needs_tokenizer:
         raise NemotronError(f"output_format={output_format!r} tokenizes, so it needs a tokenizer folder")
     run_hash = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
     return ShardPlan(
@@ -238,7 +228,7 @@ def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True, executo
     # Each job carries the plan without the tokenizer: workers build it once, from the setup payload.
     light_plan = replace(plan, tokenizer_json="")
     jobs = [(light_plan, spec) for spec in plan.shards]
-    with tqdm(total=len(plan.shards), desc=PROGRESS_LABELS[plan.output_format], unit="shard", file=sys.stderr,
+    with tqdm(total=len(plan.shards), desc=get_format(plan.output_format).progress_label, unit="shard", file=sys.stderr,
               disable=not progress) as bar:
         for name, status, seconds in run_work_items(_ensure_shard_job, jobs, _worker_state, _setup_payload(plan),
                                                    executor=executor, workers=workers):
@@ -251,22 +241,15 @@ def run_shards(plan: ShardPlan, workers: int = 1, progress: bool = True, executo
     return stats
 
 
-def _setup_payload(plan: ShardPlan) -> tuple[str, str, dict[str, bytes]]:
-    """What a worker needs to build its state once: the tokenizer JSON, or (packed Parquet, where the
-    chat markers and template live in the folder's config) the tokenizer folder's files."""
-    files = {}
-    if plan.output_format == "packed_parquet":
-        files = {path.name: path.read_bytes() for path in sorted(plan.tokenizer_dir.iterdir()) if path.is_file()}
-    return plan.output_format, plan.tokenizer_json, files
+def _setup_payload(plan: ShardPlan) -> tuple[str, object]:
+    """What a worker needs to build its state once (the format decides: the tokenizer JSON, or the
+    tokenizer folder's files where the chat markers and template live in its config)."""
+    return plan.output_format, get_format(plan.output_format).setup_payload(plan.tokenizer_json, plan.tokenizer_dir)
 
 
-def _worker_state(payload: tuple[str, str, dict[str, bytes]]):
-    output_format, tokenizer_json, files = payload
-    if output_format == "bin_idx":
-        return Tokenizer.from_str(tokenizer_json)
-    from nemotron.data_prep.shard_formats import format_state  # pyarrow, transformers: only when used
-
-    return format_state(output_format, files)
+def _worker_state(payload: tuple[str, object]):
+    output_format, format_payload = payload
+    return get_format(output_format).setup(format_payload)
 
 
 def _ensure_shard_job(state, job: tuple[ShardPlan, ShardSpec]) -> tuple[str, str, float]:
@@ -297,12 +280,10 @@ def _ensure_shard(plan: ShardPlan, spec: ShardSpec, state) -> str:
 
 def _write_shard(plan: ShardPlan, spec: ShardSpec, state, folder: Path) -> tuple[list[str], dict[str, int]]:
     """Write the shard's files into `folder` (each one atomically); returns (file names, stats)."""
-    if plan.output_format == "bin_idx":
-        return plan.output_names(spec), _tokenize_shard(plan, spec, state, folder / spec.name)
-    from nemotron.data_prep.shard_formats import write_format_shard
-
-    return write_format_shard(plan.output_format, plan.options, state, _read_lines(plan, spec), folder, spec.name,
-                              where=str(plan.input_path))
+    shard = ShardInput(lines=lambda: _read_lines(plan, spec), where=str(plan.input_path), text_field=plan.text_field,
+                       line_number=lambda offset: _line_number(plan.input_path, offset), dtype=plan.dtype,
+                       eos_id=plan.eos_id, options=plan.options)
+    return get_format(plan.output_format).write(shard, state, folder, spec.name)
 
 
 def _discard_shard(plan: ShardPlan, spec: ShardSpec) -> bool:
@@ -320,33 +301,6 @@ def _discard_shard(plan: ShardPlan, spec: ShardSpec) -> bool:
     return bool(removed)
 
 
-def _tokenize_shard(plan: ShardPlan, spec: ShardSpec, tokenizer: Tokenizer, prefix: Path) -> dict[str, int]:
-    records = documents = tokens = 0
-    with IndexedWriter(prefix, np.dtype(plan.dtype)) as writer:
-        for texts in _read_text_batches(plan, spec):
-            records += len(texts)
-            texts = [text for text in texts if text]
-            for encoding in tokenizer.encode_batch_fast(texts, add_special_tokens=False):
-                # append_eod: every document ends with EOS, so the model learns where documents stop
-                # and Megatron's GPTDataset can pack documents back to back.
-                writer.add_document(encoding.ids + [plan.eos_id])
-                documents += 1
-                tokens += len(encoding.ids) + 1
-    return {"records": records, "documents": documents, "tokens": tokens}
-
-
-def _read_text_batches(plan: ShardPlan, spec: ShardSpec) -> Iterator[list[str]]:
-    """The `text_field` of every non-blank line in the shard's byte range, in batches."""
-    batch: list[str] = []
-    for line_start, line in _read_lines(plan, spec):
-        batch.append(_text_of(line, plan, line_start))
-        if len(batch) == _BATCH_DOCUMENTS:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _read_lines(plan: ShardPlan, spec: ShardSpec) -> Iterator[tuple[int, bytes]]:
     """(byte offset, line) of every non-blank line in the shard's byte range."""
     with storage.open_read(plan.input_path) as stream:
@@ -359,21 +313,6 @@ def _read_lines(plan: ShardPlan, spec: ShardSpec) -> Iterator[tuple[int, bytes]]
             line_start, position = position, position + len(line)
             if line.strip():
                 yield line_start, line
-
-
-def _text_of(line: bytes, plan: ShardPlan, offset: int) -> str:
-    try:
-        record = json.loads(line)
-        text = record[plan.text_field]
-    except (ValueError, TypeError, KeyError) as error:
-        problem = f"missing field {plan.text_field!r}" if isinstance(error, KeyError) else "not a JSON object"
-        where = f"{plan.input_path} line {_line_number(plan.input_path, offset)}"
-        expected = f'{{"{plan.text_field}": "..."}}'
-        raise NemotronError(f"{where}: {problem}; each line must be {expected}") from None
-    if not isinstance(text, str):
-        where = f"{plan.input_path} line {_line_number(plan.input_path, offset)}"
-        raise NemotronError(f"{where}: field {plan.text_field!r} is {type(text).__name__}, not a string")
-    return text
 
 
 def _line_number(path: storage.PathLike, offset: int) -> int:
@@ -431,15 +370,14 @@ def finalize_run(plan: ShardPlan) -> RunStats:
         tokens=totals.get("tokens", 0),
         shards=shards,
         prefixes=[plan.prefix(spec) for spec, shard in zip(plan.shards, shards)
-                  if plan.output_format == "bin_idx" and shard["tokens"] > 0],
+                  if get_format(plan.output_format).indexed and shard["tokens"] > 0],
         outputs=[storage.join(plan.output_dir, name) for receipt in ordered for name in sorted(receipt.outputs)],
         totals=totals,
         output_format=plan.output_format,
     )
     # Only what the inputs determine: no paths, no skipped/redone counts, no timestamps.
     summary = {key: getattr(stats, key) for key in ("run_hash", "dtype", "documents", "tokens", "shards")}
-    if plan.output_format != "bin_idx":
-        summary |= {"output_format": plan.output_format, "totals": totals}
+    summary |= get_format(plan.output_format).summary(totals)
     _remove_temp_files(plan.output_dir, "summary.json")
     storage.write_text(storage.join(plan.output_dir, "summary.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return stats

@@ -1,0 +1,21 @@
+"""Data-prep stages: the contract (`base.py`) and the stages a pipeline lists.
+
+    plan (driver)        plan.plan_work_items       list files, sizes, row groups; cut into work items
+    read                 read.ReadStage             a work item's documents, local or fsspec URL
+    filter + split       filter_split.FilterSplitStage  per document, from its text and its id
+    tokenize-and-write   write.TokenizeWriteStage   one shard per split, any format of `formats/`
+    finalize (driver)    finalize.finalize          receipts -> statistics, data_paths.json, blend.json
+
+`runner.py` runs the worker stages over the work items on an executor, with receipts. A pipeline
+(`pipeline.py`) is a list of these; to customise one, edit the list (docs/data-prep.md).
+"""
+
+from nemotron.data_prep.stages.base import ItemContext, Resources, Stage, WorkItem
+from nemotron.data_prep.stages.filter_split import FilterSplitStage
+from nemotron.data_prep.stages.plan import plan_work_items
+from nemotron.data_prep.stages.read import ReadStage
+from nemotron.data_prep.stages.runner import StagePlan, plan_stages, run_stages
+from nemotron.data_prep.stages.write import TokenizeWriteStage
+
+__all__ = ["FilterSplitStage", "ItemContext", "ReadStage", "Resources", "Stage", "StagePlan", "TokenizeWriteStage",
+           "WorkItem", "plan_stages", "plan_work_items", "run_stages"]

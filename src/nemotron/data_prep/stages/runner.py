@@ -1,0 +1,174 @@
+"""Run a stage list over work items: receipts, executors, progress.
+
+    plan = plan_stages(items, input_fingerprint, stages, output_root)   # the run hash names the folder
+    receipts = run_stages(plan, executor="local", workers=2)            # one receipt per work item
+
+Each work item runs through every worker stage on one worker (the stages are fused: a generator
+chain, so memory is one batch of one item), inside the receipt protocol of `receipts.py`: skipped
+when its receipt proves it done, otherwise leftovers of an interrupted attempt are cleared, the
+item's files are written (locally, or to scratch and published whole to an object store) and its
+receipt goes last, as the commit point. The executor (`executors.py`: this process, a local process
+pool, Ray) sets each worker's stages up once and keeps at most a bounded number of items in flight.
+A work item's bytes depend only on the item and the stages, so every executor and every worker count
+writes the same files; a run killed at any point (even SIGKILL) resumes from its receipts.
+
+Progress goes to stderr while items finish: items done, bytes read, documents, tokens per second,
+and what each filter removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nemotron.data_prep import storage
+from nemotron.data_prep.blend import SPLITS
+from nemotron.data_prep.executors import run_work_items
+from nemotron.data_prep.formats import FORMATS
+from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
+from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
+from nemotron.errors import NemotronError
+from nemotron.trackers import get_lineage_tracker
+
+# Part of the run hash: bump it when a code change alters the bytes a work item would produce.
+STAGES_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    run_hash: str
+    output_dir: storage.PathLike  # <output_root>/<run_hash[:16]>
+    items: tuple[WorkItem, ...]
+    stages: tuple[Stage, ...]
+    fingerprint: dict  # exactly what was hashed into run_hash
+
+
+def plan_stages(items: list[WorkItem], input_fingerprint: list[dict], stages: list[Stage],
+                output_root: storage.PathLike) -> StagePlan:
+    """The run hash over the inputs' checksums, the work items and every stage's parameters."""
+    if not items:
+        raise NemotronError("the plan has no work items; the blend's sources hold no files")
+    fingerprint = {"version": STAGES_VERSION, "inputs": input_fingerprint,
+                   "items": [item.work for item in items],
+                   "stages": [{"name": stage.name, **stage.fingerprint()} for stage in stages]}
+    run_hash = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    return StagePlan(run_hash, storage.join(output_root, run_hash[:16]), tuple(items), tuple(stages), fingerprint)
+
+
+def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progress: bool = True) -> dict[str, str]:
+    """Make every work item not already done; returns {item name: status}. Safe to re-run."""
+    storage.make_folder(plan.output_dir)
+    storage.write_text(storage.join(plan.output_dir, "plan.json"), json.dumps(plan.fingerprint, indent=2,
+                                                                              sort_keys=True) + "\n")
+    jobs = [(plan.run_hash, plan.output_dir, item) for item in plan.items]
+    report = Progress(len(jobs), [stage.name for stage in plan.stages], enabled=progress)
+    statuses = {}
+    # The stages are fused on one worker, so an item needs what its most demanding stage declares.
+    cpus = max(stage.resources.cpus for stage in plan.stages)
+    for name, status, counts in run_work_items(_item_job, jobs, _setup_stages, plan.stages,
+                                               executor=executor, workers=workers, cpus_per_item=cpus):
+        statuses[name] = status
+        report.update(status, counts)
+    report.close()
+    _report_to_tracker(plan, report.counts, statuses, executor)
+    return statuses
+
+
+def _report_to_tracker(plan: StagePlan, counts: dict[str, int], statuses: dict[str, str], executor: str) -> None:
+    """The run's counts per stage (read, removed by each filter, written per split) and its work items'
+    statuses as one table on the active tracker (W&B, a ledger line, or nothing). A table, not metrics:
+    a metric would advance the W&B step counter of the training steps that log into the same run."""
+    log_table = getattr(get_lineage_tracker(), "log_table", None)
+    if log_table is None:
+        return
+    rows = [[*key.split("/", 1), value] for key, value in sorted(counts.items())]
+    rows += [["items", status, list(statuses.values()).count(status)] for status in sorted(set(statuses.values()))]
+    rows.append(["items", f"executor {executor}", len(statuses)])
+    log_table(f"data_prep/stages/{plan.run_hash[:16]}/counts", ["stage", "what", "count"], rows)
+
+
+def _setup_stages(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
+    for stage in stages:
+        stage.setup()
+    return stages
+
+
+def _item_job(stages: tuple[Stage, ...], job: tuple[str, storage.PathLike, WorkItem]) -> tuple[str, str, dict]:
+    run_hash, run_dir, item = job
+    receipt = read_receipt(run_dir, item.name)
+    if is_done(run_dir, receipt, run_hash, item.name, item.work):
+        return item.name, "skipped", receipt.stats
+    redone = _discard(run_dir, item)
+    with tempfile.TemporaryDirectory(prefix=f"{item.name}.") as scratch:
+        remote = storage.is_url(run_dir)
+        folder = Path(scratch) / "out" if remote else Path(run_dir)
+        context = ItemContext(item, Path(scratch), folder)
+        records = iter(())
+        for stage in stages:
+            records = stage.process(context, records)
+        for _ in records:  # drain the last stage
+            pass
+        receipt = make_receipt(folder, run_hash, item.name, item.work, context.outputs, context.counts)
+        if remote:
+            for name in context.outputs:
+                storage.publish(folder / name, storage.join(run_dir, name))
+    write_receipt(run_dir, receipt)  # last: the commit point
+    return item.name, "redone" if redone else "written", context.counts
+
+
+def _discard(run_dir: storage.PathLike, item: WorkItem) -> bool:
+    """Delete whatever an earlier attempt left of this item; True if there was anything."""
+    names = [f"{split}/{item.name}{suffix}" for split in SPLITS for fmt in FORMATS.values() for suffix in fmt.suffixes]
+    leftovers = [receipt_path(run_dir, item.name), *(storage.join(run_dir, name) for name in names)]
+    removed = [path for path in leftovers if storage.remove(path)]
+    if not storage.is_url(run_dir):  # temp files of interrupted atomic writes
+        folders = [Path(run_dir) / split for split in SPLITS] + [Path(receipt_path(run_dir, item.name)).parent]
+        temps = sorted(path for folder in folders for path in folder.glob(f".{item.name}.*.tmp"))
+        for path in temps:
+            path.unlink(missing_ok=True)
+        removed += temps
+    return bool(removed)
+
+
+class Progress:
+    """Per-stage progress on stderr: at most one line a second while items finish, and a last line."""
+
+    def __init__(self, total: int, stages: list[str], enabled: bool = True):
+        self.total, self.stages, self.enabled = total, stages, enabled
+        self.done, self.statuses, self.counts = 0, {}, {}
+        self.started = self.printed = time.perf_counter()
+        self.printed_at = -1  # items done when the last line was printed
+
+    def update(self, status: str, counts: dict[str, int]) -> None:
+        self.done += 1
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        for key, value in counts.items():
+            self.counts[key] = self.counts.get(key, 0) + value
+        if self.enabled and time.perf_counter() - self.printed >= 1.0:
+            self._print()
+
+    def close(self) -> None:
+        if self.enabled and self.printed_at != self.done:
+            self._print()
+
+    def line(self) -> str:
+        seconds = max(time.perf_counter() - self.started, 1e-9)
+        parts = [f"{self.done}/{self.total} items ({', '.join(f'{n} {s}' for s, n in sorted(self.statuses.items()))})"]
+        for stage in self.stages:
+            mine = {key.split("/", 1)[1]: value for key, value in self.counts.items() if key.startswith(f"{stage}/")}
+            if stage == "write":
+                tokens = sum(v for k, v in mine.items() if k.endswith("/tokens"))
+                parts.append(f"write: {tokens:,} tokens ({tokens / seconds:,.0f}/s)")
+            elif mine:
+                shown = {k: (f"{v / 1e6:.1f} MB" if k == "bytes" else f"{v:,}") for k, v in sorted(mine.items())}
+                parts.append(f"{stage}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
+        return "data_prep: " + " | ".join(parts)
+
+    def _print(self) -> None:
+        print(self.line(), file=sys.stderr, flush=True)
+        self.printed, self.printed_at = time.perf_counter(), self.done
