@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from nemotron.data_prep.chat.records import record_to_nano3, tokenize_nano3_record
-from nemotron.data_prep.nano3_chat import NANO3_CHAT_TEMPLATE, render_nano3
+from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, render_nano3
 from nemotron.data_prep.packing import PackingConfig, pack_conversations
 from nemotron.data_prep.post_training.schema import read_records
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
