@@ -20,6 +20,12 @@ same candidates, and compares them on the same held-out records:
 The last line is the figure: held-out NLL of the selected pool minus the random one, mean +- standard error
 (negative = the selection helps).
 
+Without `--scored-path` the script first makes its own ScoredSelection in a temporary folder by running
+the post-training data steps (normalize -> pools -> score, as `python -m nemotron.recipes.post_training_data
+--scale tiny` runs them) on the demo records shipped with the package: scored by SmolLM2-135M (minutes), or
+in `--quick` by a seeded, randomly initialised tiny Llama (`tiny_reference_model`), so that `--quick` runs
+from a fresh clone in seconds through the same code.
+
     python -m nemotron.recipes.post_training_data --scale tiny      # makes runs/post_training_data/score
     python benchmarks/bench_selection.py [--scored-path runs/post_training_data/score] [--steps 30] [--seeds 3]
     python benchmarks/bench_selection.py --quick                   # 3 seeds x 2 steps of 128 tokens: seconds
@@ -39,18 +45,56 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from nemotron.data_prep.chat.records import record_to_nano3, tokenize_nano3_record
 from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, render_nano3
+from nemotron.data_prep.chat.records import record_to_nano3, tokenize_nano3_record
 from nemotron.data_prep.packing import PackingConfig, pack_conversations
 from nemotron.data_prep.post_training.schema import read_records
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.models import nano3
 from nemotron.models.loading import quiet_cuda_kernel_notes
+from nemotron.models.reference import SMOLLM2
+from nemotron.recipes.post_training_data import normalize, pools, score
 from nemotron.recipes.post_training_data.artifacts import CandidatePools, ScoredSelection
 from nemotron.training.compute import torch_threads
 from nemotron.training.moe import ExpertBalance
 from nemotron.training.optim import build_optimizer
+
+
+def tiny_reference_model(candidates: CandidatePools, folder: Path) -> Path:
+    """A local Hugging Face folder the score step accepts as `reference_model`: a byte-level BPE (400 tokens)
+    trained on the candidates' text and a randomly initialised 2-layer Llama (~150K parameters, seed 0).
+
+    Its scores are noise, not a judgement of the records: it exists so that `--quick` walks the real score
+    step (tokenization, batching, completion-only NLL, selection per pool) in seconds instead of loading
+    SmolLM2-135M for minutes.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    texts = [r["text"] for files in pools.pool_files(candidates.pools_dir).values() for r in read_records(files)]
+    train_tokenizer(texts, 400, folder)
+    tokenizer = load_tokenizer(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def make_scored_selection(folder: Path, quick: bool) -> Path:
+    """Run the post-training data steps normalize -> pools -> score on the shipped demo records into `folder`.
+
+    The configs are the steps' defaults at `--scale tiny`, seed 0, as the recipe's orchestrator sets them, so
+    the full mode selects what `python -m nemotron.recipes.post_training_data --scale tiny` selects; `quick`
+    only swaps the reference model for `tiny_reference_model`. Returns the ScoredSelection's folder.
+    """
+    dataset = normalize.main(normalize.Config(output_dir=folder / "normalize"))
+    candidates = pools.main(pools.Config(dataset_path=dataset.path, output_dir=folder / "pools"))
+    reference = str(tiny_reference_model(candidates, folder / "reference")) if quick else SMOLLM2
+    scored = score.main(score.Config(pools_path=candidates.path, reference_model=reference,
+                                     output_dir=folder / "score"))
+    return scored.path
 
 
 def load_pools(scored_path: Path) -> tuple[list[dict], set[str]]:
@@ -59,8 +103,8 @@ def load_pools(scored_path: Path) -> tuple[list[dict], set[str]]:
         raise NemotronError(f"{scored_path}: no ScoredSelection; make one with `python -m "
                             "nemotron.recipes.post_training_data --scale tiny` (runs/post_training_data/score)")
     scored = ScoredSelection.from_path(scored_path)
-    pools = CandidatePools.from_path(next(ref.path for ref in scored.inputs if ref.type == CandidatePools.type_name()))
-    candidates = {r["id"]: r for r in read_records(sorted(Path(pools.pools_dir).rglob("*.parquet")))}
+    made = CandidatePools.from_path(next(ref.path for ref in scored.inputs if ref.type == CandidatePools.type_name()))
+    candidates = {r["id"]: r for r in read_records(sorted(Path(made.pools_dir).rglob("*.parquet")))}
     selected = {r["id"] for r in read_records(scored.selected_path)}
     return [candidates[i] for i in sorted(candidates)], selected
 
@@ -138,7 +182,8 @@ def mean_se(values: list[float]) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scored-path", type=Path, default=Path("runs/post_training_data/score"))
+    parser.add_argument("--scored-path", type=Path, default=None,
+                        help="a ScoredSelection folder; default: make one from the demo records in a temp folder")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2)
@@ -155,7 +200,8 @@ def main() -> None:
     quiet_cuda_kernel_notes()
     torch.set_num_threads(torch_threads(args.num_threads))
 
-    candidates, selected = load_pools(args.scored_path)
+    with tempfile.TemporaryDirectory() as folder:
+        candidates, selected = load_pools(args.scored_path or make_scored_selection(Path(folder), args.quick))
     conversations = {r["id"]: record_to_nano3(r) for r in candidates}  # the demo's candidates all convert
     with tempfile.TemporaryDirectory() as folder:
         corpus = [render_nano3(c["messages"]) for c in conversations.values()]
