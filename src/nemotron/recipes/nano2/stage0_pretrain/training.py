@@ -108,10 +108,7 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
-    import contextlib
-
     import torch
-    import torch.nn.functional as F
 
     from nemotron.data_prep.indexed import IndexedReader
     from nemotron.data_prep.tokenizer import load_tokenizer
@@ -121,7 +118,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
-    from nemotron.training.windows import pretraining_windows, windows_loss
+    from nemotron.training.windows import pretraining_backward, pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains instead of this loop ---
     dataset = PretrainDataset.load_input(config, "dataset")
@@ -157,17 +154,8 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     for step in range(state.step + 1, steps + 1):
         windows = train.next_batch()  # this rank's (micro_batch_size x grad_accum_steps, seq_len + 1)
         lr = scheduler.get_last_lr()[0]  # the rate this step uses
-        step_loss = torch.zeros(())
-        for index, micro in enumerate(windows.split(config.micro_batch_size)):
-            last = index == config.grad_accum_steps - 1
-            # Every micro-batch has the same number of targets, so the mean of micro-batch means is
-            # the mean over the whole batch; DDP averages gradients over ranks the same way.
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast:
-                logits = forward(input_ids=micro[:, :-1].to(run.device), use_cache=False).logits
-                loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(run.device))
-                loss = loss / config.grad_accum_steps
-            loss.backward()
-            step_loss += loss.detach().cpu()
+        # Mean cross-entropy per target of the global batch, micro-batch by micro-batch (DDP syncs the last).
+        step_loss = pretraining_backward(forward, ddp, autocast, windows, config.micro_batch_size, run.device)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         optimizer.step()
         scheduler.step()

@@ -103,7 +103,6 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
-    import contextlib
     import math
 
     import torch
@@ -112,13 +111,13 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
-    from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.packed_batches import (
         collate_packed,
         collate_per_conversation,
-        masked_token_loss,
+        sft_backward,
         validation_loss,
     )
     from nemotron.training.run import TrainingRun
@@ -158,26 +157,12 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     collate = collate_packed if config.layout == "packed" else collate_per_conversation
     pad_id = tokenizer.pad_token_id
 
-    def per_rank_mean(count: float) -> float:
-        """The mean of a per-process count over all processes (the count itself with one process)."""
-        return all_reduce_mean(torch.tensor(float(count), dtype=torch.float64)).item()
-
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = run.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
         micro_batches = [collate(rows, pad_id).to(run.device) for rows in batches.next_step()]
-        # Per-token normalisation over the whole step: divide every micro-batch's loss SUM by the mean
-        # number of trained tokens per rank; DDP then averages gradients over ranks, which gives
-        # sum(all losses) / sum(all trained tokens), exactly the one-big-batch gradient.
-        targets_per_rank = max(per_rank_mean(sum(b.num_loss_tokens for b in micro_batches)), 1.0)
-        step_loss = torch.zeros(())
-        for index, batch in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast:
-                logits = forward(**batch.model_inputs(), use_cache=False).logits
-                loss = masked_token_loss(logits, batch) / targets_per_rank
-            loss.backward()
-            step_loss += loss.detach().cpu()
+        # The loss SUM over trained tokens, divided by the trained tokens of the whole step on all ranks.
+        step_loss = sft_backward(forward, ddp, autocast, micro_batches)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         lr = scheduler.get_last_lr()[0]  # the rate this step used
         optimizer.step()
@@ -190,7 +175,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
             loss_per_token = validation_loss(model, valid_rows, pad_id, collate, rank=rank, world_size=world_size,
                                              autocast=autocast)
             validation = {"val_loss": loss_per_token}
-        step_tokens = round(per_rank_mean(sum(b.num_tokens for b in micro_batches)) * world_size)
+        step_tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
         run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
                    tokens=step_tokens, validation=validation)
         run.checkpoint_if_due(step)

@@ -113,25 +113,23 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> DPOCheckpoint:
-    import contextlib
-
     import torch
 
     from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.preference import read_tokenized_pairs
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import all_reduce_mean, barrier
+    from nemotron.training.compute import barrier, sum_over_ranks
     from nemotron.training.dpo import (
         check_dpo_settings,
-        dpo_loss,
+        dpo_backward,
         dpo_step_metrics,
         dpo_validation,
         load_reference_logps,
         reference_pass,
         save_reference_logps,
     )
-    from nemotron.training.logprobs import completion_logprobs, pair_logprobs
+    from nemotron.training.logprobs import pair_logprobs
     from nemotron.training.megatron_bridge import DPO_AT_SCALE
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
@@ -184,23 +182,11 @@ def main(config: Config) -> DPOCheckpoint:
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = run.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
-        micro_batches = batches.next_step()
-        policy_logps, step_loss, step_tokens = [], torch.zeros(()), 0
-        for index, ids in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            prompts, chosen, rejected = ([sequences[i] for i in ids] for sequences in train)
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast:
-                # Both answers of every pair in one forward: [chosen of each pair..., rejected of each pair...]
-                policy = completion_logprobs(forward, prompts * 2, chosen + rejected, batch_size=2 * len(ids))
-                policy_chosen, policy_rejected = policy[: len(ids)], policy[len(ids) :]
-                loss, _, _ = dpo_loss(
-                    policy_chosen, policy_rejected, *(logps[ids] for logps in reference["train"]),
-                    config.beta, config.loss_variant, config.label_smoothing,
-                )
-            (loss / len(micro_batches)).backward()  # equal-size micro-batches: the mean over the step's pairs
-            step_loss += loss.detach() / len(micro_batches)
-            policy_logps.append((ids, policy_chosen.detach(), policy_rejected.detach()))
-            step_tokens += sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosen, rejected))
+        # Policy log-probs of both answers of each pair, the loss a mean over the step's pairs on all ranks.
+        step_loss, policy_logps, step_tokens = dpo_backward(
+            forward, ddp, autocast, train, batches.next_step(), reference["train"], config.beta, config.loss_variant,
+            config.label_smoothing,
+        )
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
         lr = scheduler.get_last_lr()[0]  # the rate this step used
         optimizer.step()
@@ -216,7 +202,7 @@ def main(config: Config) -> DPOCheckpoint:
             with autocast:
                 validation = dpo_validation(model, valid, reference["valid"], config.beta, config.loss_variant,
                                             config.label_smoothing, config.reference_batch_size)
-        tokens = round(all_reduce_mean(torch.tensor(float(step_tokens))).item() * run.info.world_size)
+        tokens = round(sum_over_ranks(step_tokens))
         run.record(step, **numbers, lr=lr, grad_norm=grad_norm.item(), tokens=tokens, validation=validation)
         run.checkpoint_if_due(step)
 

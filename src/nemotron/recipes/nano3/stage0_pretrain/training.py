@@ -49,7 +49,6 @@ carry), a GPU count that expert parallelism does not divide, and everything nano
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 from dataclasses import dataclass
@@ -122,7 +121,6 @@ class Config(TrainingSettings):
 
 def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     import torch
-    import torch.nn.functional as F
 
     from nemotron.data_prep.indexed import IndexedReader
     from nemotron.data_prep.tokenizer import load_tokenizer
@@ -133,7 +131,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
-    from nemotron.training.windows import pretraining_windows, windows_loss
+    from nemotron.training.windows import pretraining_backward, pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains the MoE model instead of this loop ---
     if config.hands_off and (config.dense or config.model_overrides):
@@ -179,18 +177,10 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     for step in range(state.step + 1, steps + 1):
         windows = train.next_batch()
         lr = scheduler.get_last_lr()[0]
-        step_loss = torch.zeros(())
-        for index, micro in enumerate(windows.split(config.micro_batch_size)):
-            last = index == config.grad_accum_steps - 1
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast, \
-                    balance.recording() as routings:
-                logits = forward(input_ids=micro[:, :-1].to(run.device), use_cache=False).logits
-                loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(run.device))
-                # + coeff x the load-balancing loss (Switch Transformer; Megatron's seq_aux_loss) of what
-                # the routers chose in this forward pass; its gradient reaches only the router weights.
-                total = (loss + balance.loss(routings, len(micro))) / config.grad_accum_steps
-            total.backward()
-            step_loss += loss.detach().cpu() / config.grad_accum_steps
+        # Cross-entropy per target of the global batch + coeff x the load-balancing loss of what the routers
+        # chose (Switch Transformer; Megatron's seq_aux_loss); its gradient reaches only the router weights.
+        step_loss = pretraining_backward(forward, ddp, autocast, windows, config.micro_batch_size, run.device,
+                                         balance)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         optimizer.step()
         scheduler.step()

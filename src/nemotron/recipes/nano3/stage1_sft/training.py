@@ -89,7 +89,6 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
-    import contextlib
     import math
 
     import torch
@@ -97,11 +96,11 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
-    from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import FAMILIES, hand_off
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
-    from nemotron.training.packed_batches import collate_packed, masked_token_loss, validation_loss
+    from nemotron.training.packed_batches import collate_packed, sft_backward, validation_loss
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler
 
@@ -146,18 +145,8 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     state = run.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
         micro_batches = [collate_packed(rows, pad_id).to(run.device) for rows in batches.next_step()]
-        # Per trained token over the whole step and all ranks (see nano2's stage-1 training).
-        trained = all_reduce_mean(torch.tensor(float(sum(b.num_loss_tokens for b in micro_batches)))).item()
-        step_loss = torch.zeros(())
-        for index, batch in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast, \
-                    balance.recording() as routings:
-                logits = forward(**batch.model_inputs(), use_cache=False).logits
-                loss = masked_token_loss(logits, batch) / max(trained, 1.0)
-                total = loss + balance.loss(routings, len(batch.input_ids)) / len(micro_batches)
-            total.backward()
-            step_loss += loss.detach().cpu()
+        # Per trained token over the whole step and all ranks (as nano2's), + the experts' balancing loss.
+        step_loss = sft_backward(forward, ddp, autocast, micro_batches, balance)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         lr = scheduler.get_last_lr()[0]
         optimizer.step()
@@ -169,7 +158,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
         if run.is_due(step, config.eval_every):
             validation = {"val_loss": validation_loss(model, valid_rows, pad_id, collate_packed, rank=run.info.rank,
                                                       world_size=run.info.world_size, autocast=autocast)}
-        tokens = sum(b.num_tokens for b in micro_batches) * run.info.world_size
+        tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
         run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(), tokens=tokens,
                    validation=validation, **balance.log())
         run.checkpoint_if_due(step)

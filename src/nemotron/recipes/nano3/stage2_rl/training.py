@@ -102,7 +102,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     from nemotron.data_prep.verifiable import read_problems, score
     from nemotron.models import nano3
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
@@ -176,7 +176,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
         # DAPO's point: a group whose rewards are all equal has zero advantages and teaches nothing
         informative = (rewards.view(-1, config.group_size).std(dim=1) > 0).float().mean()
         run.record(step, loss=all_reduce_mean(parts.loss.detach()).item(), lr=lr, grad_norm=grad_norm.item(),
-                   tokens=int(mask.sum().item()) * world_size, reward=all_reduce_mean(rewards.mean()).item(),
+                   tokens=round(sum_over_ranks(float(mask.sum()))), reward=all_reduce_mean(rewards.mean()).item(),
                    correct=all_reduce_mean(correct).item(),
                    informative_groups=all_reduce_mean(informative).item(), kl=parts.kl, clipped=parts.clipped,
                    generation_seconds=generation_seconds, update_seconds=time.perf_counter() - started -
