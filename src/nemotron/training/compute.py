@@ -6,6 +6,7 @@ This is the one module that decides how a step uses the machine:
 - `evaluation_threads(...)`: the same rule for a block of evaluation code;
 - `seed_everything(seed)`: Python, NumPy and torch RNGs, and deterministic CPU float math;
 - `sum_over_ranks(count)`: a count of the whole global batch, the normaliser of every token-mean loss;
+- `gradient_sync(ddp, last)`, `world_size()`: DDP's once-per-step gradient all-reduce, the process count;
 - `check_trainable_here(...)`: refuse a model that the plain loop cannot train on this machine.
 
 The same training script runs three ways, and this module is the only place that knows which:
