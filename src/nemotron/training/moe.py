@@ -65,7 +65,8 @@ class ExpertBalance:
             self.loads = (counts / counts.sum(-1, keepdim=True).clamp(min=1)).float()
             self.aux = all_reduce_mean(self.aux / max(self.passes, 1))
             if self.rate:
-                nano3.update_expert_bias(self.recorder, counts, self.rate)
+                # float32 counts (exact below 2^24): the bias steps in the buffer's own precision
+                nano3.update_expert_bias(self.recorder, counts.float(), self.rate)
 
     def log(self) -> dict:
         """This step's routing numbers for `TrainingRun.record`, then reset for the next step."""
