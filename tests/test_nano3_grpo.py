@@ -99,6 +99,16 @@ def test_a_reward_function_that_raises_or_returns_nonsense_is_one_line():
     assert verifiable.score(verifiable.reward, ["a\n</think>\n3"], ["3"]) == [pytest.approx(1.1)]
 
 
+def test_check_reward_function_refuses_one_that_cannot_score_text_and_passes_ours():
+    verifiable.check_reward_function(verifiable.reward)  # the default scores the probe: no error
+    with pytest.raises(NemotronError, match=r"reward function .* raised ZeroDivisionError"):
+        verifiable.check_reward_function(lambda completion, answer: 1 / 0)
+    with pytest.raises(NemotronError, match="returned inf"):
+        verifiable.check_reward_function(lambda completion, answer: float("inf"))
+    with pytest.raises(NemotronError, match="returned '1'"):
+        verifiable.check_reward_function(lambda completion, answer: "1")
+
+
 def test_every_scale_asks_for_no_more_problems_than_its_digits_allow():
     from nemotron.artifact import SCALES, apply_scale
     from nemotron.recipes.nano3.stage1_sft import data_curation

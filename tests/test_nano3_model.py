@@ -118,3 +118,22 @@ def test_expert_bias_moves_towards_the_under_loaded_experts_and_is_saved(tmp_pat
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert torch.equal(nano3.RoutingRecorder(loaded).routers[0].e_score_correction_bias, bias)
+
+
+def test_the_expert_bias_follows_the_routed_slots_summed_over_the_passes_of_a_step():
+    # As Megatron-Core's get_updated_expert_bias: counts summed over micro-batches (and ranks), so a pass
+    # that routes more tokens weighs more, and an expert exactly at the mean count is left alone.
+    from nemotron.training.moe import ExpertBalance
+
+    _, model = _tiny()
+    balance = ExpertBalance(model, top_k=2, aux_loss_coeff=1e-4, bias_update_rate=0.01)
+    few = Routing(torch.full((2, 8), 0.5), torch.tensor([[0, 1]] * 2))  # 2 tokens to experts 0 and 1
+    many = Routing(torch.full((6, 8), 0.5), torch.tensor([[2, 3]] * 6))  # 6 tokens to experts 2 and 3
+    balance.loss([few, few], num_sequences=1)  # one pass: both MoE layers
+    balance.loss([many, many], num_sequences=1)
+    balance.after_step()
+    # 16 slots over 8 experts: a mean of 2. Experts 0 and 1 got 2 (no move; averaging the passes' shares
+    # would have lowered them with 2 and 3), 2 and 3 got 6 (lowered), the idle ones are raised.
+    bias = balance.recorder.routers[0].e_score_correction_bias
+    assert bias.tolist() == pytest.approx([0.0, 0.0, -0.01, -0.01, 0.01, 0.01, 0.01, 0.01])
+    assert balance.log()["expert_load"][0] == pytest.approx([0.125, 0.125, 0.375, 0.375, 0, 0, 0, 0])

@@ -19,7 +19,7 @@ from nemotron.models.nano2 import build_config, build_model
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import all_reduce_mean, seed_everything, setup_distributed
 from nemotron.training.metrics import MetricsLog, read_metrics
-from nemotron.training.optim import WarmupStableDecay, build_optimizer, warmup_cosine, wsd_decay_steps
+from nemotron.training.optim import WarmupStableDecay, build_optimizer, lr_schedule, wsd_decay_steps
 from nemotron.training.samplers import EpochSampler
 from nemotron.training.windows import TokenWindows
 
@@ -64,9 +64,9 @@ def test_weight_decay_skips_norms_biases_mamba_dynamics_and_embeddings():
     assert len(decayed["params"]) + len(not_decayed["params"]) == len(list(model.parameters()))
 
 
-def test_warmup_cosine_rises_linearly_then_decays_to_the_floor():
+def test_the_cosine_schedule_rises_linearly_then_decays_to_the_floor():
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
-    scheduler = warmup_cosine(optimizer, warmup_steps=4, total_steps=14, min_lr_ratio=0.1)
+    scheduler = lr_schedule(optimizer, warmup_steps=4, total_steps=14, min_lr_ratio=0.1)
     lrs = []
     for _ in range(16):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -81,7 +81,7 @@ def test_warmup_cosine_rises_linearly_then_decays_to_the_floor():
 def test_schedule_rejects_warmup_longer_than_training():
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
     with pytest.raises(NemotronError, match="warmup_steps=20"):
-        warmup_cosine(optimizer, warmup_steps=20, total_steps=10)
+        lr_schedule(optimizer, warmup_steps=20, total_steps=10)
 
 
 def test_wsd_anneals_over_its_fraction_of_the_steps_and_refuses_a_fraction_outside_0_to_1():
@@ -189,7 +189,7 @@ def fresh_run(prefixes):
     seed_everything(0)
     model = small_model(seed=0)
     optimizer = build_optimizer(model, lr=3e-3)
-    scheduler = warmup_cosine(optimizer, warmup_steps=2, total_steps=6)
+    scheduler = lr_schedule(optimizer, warmup_steps=2, total_steps=6)
     windows = TokenWindows(prefixes, seq_len=SEQ_LEN, batch_size=2, seed=0)
     return model, optimizer, scheduler, windows
 

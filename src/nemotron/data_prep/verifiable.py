@@ -21,6 +21,7 @@ torch-free: data curation uses it.
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -121,6 +122,13 @@ def reward(completion: str, answer: str) -> float:
     return FORMAT_BONUS + (1.0 if given == answer else 0.0)
 
 
+def check_reward_function(reward_fn: Callable[[str, str], float]) -> None:
+    """Refuse, before any work, a reward function that cannot score text: it is called once on a small
+    well-formed completion and must return a finite number, so a broken `--reward-function` is one clear
+    line at the start of a run, not a crash after the first generation."""
+    score(reward_fn, ["a probe\n</think>\n0"], ["0"])
+
+
 def score(reward_fn: Callable[[str, str], float], completions: Sequence[str], answers: Sequence[str]) -> list[float]:
     """`reward_fn(completion, answer)` for each pair, as floats; a raise or a non-number is one clear line."""
     name = getattr(reward_fn, "__qualname__", repr(reward_fn))
@@ -132,7 +140,7 @@ def score(reward_fn: Callable[[str, str], float], completions: Sequence[str], an
             raise NemotronError(f"reward function {name} raised {type(error).__name__}: {error} on completion "
                                 f"{index} ({completion[:40]!r}); fix the function so it returns a number for "
                                 "any text") from None
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise NemotronError(f"reward function {name} returned {value!r} for completion {index}; it must return "
                                 "a finite number")
         rewards.append(float(value))

@@ -15,8 +15,10 @@ TEST conversations, so the numbers of the base, SFT and DPO models sit side by s
   the chat template and the generation prompt; each choice is the answer plus `<|im_end|>`, tokenized
   exactly as SFT tokenized assistant turns (piece by piece, `nemotron.data_prep.chat.nano2`).
   Each answer is also scored after the chat-formatted neutral question `UNCONDITIONAL_QUESTION`
-  ("Answer:", lm-eval's unconditional context) for `acc_mutual_info`, the headline number: it asks
-  whether the question made its answer more likely than other answers, not which answer is most typical.
+  ("Answer:", Holtzman et al.'s domain premise; lm-eval 0.4.13's `acc_mutual_info` conditions on the
+  prefix token alone, which `--harness lm_eval` reports) for the mutual-information accuracy, the
+  headline number: it asks whether the question made its answer more likely than other answers, not
+  which answer is most typical.
 - `chat_samples(model, tokenizer, questions, max_new_tokens)`: greedy answers to a few questions, so a
   reader sees what the model actually says.
 - `answer_ids` / `tokenize_pairs`: an assistant answer, and preference pairs, as token ids in that same
@@ -42,7 +44,11 @@ from nemotron.evaluation.language_modeling import heldout_loss
 from nemotron.evaluation.multiple_choice import MCItem, MCResult, build_mc_items, mc_accuracy
 
 Conversation = dict[str, Any]  # {"id", "messages": [{"role", "content"}, ...], ...}
-UNCONDITIONAL_QUESTION = "Answer:"  # lm-eval's unconditional context for acc_mutual_info
+# The premise every answer is also scored after, in the chat format the model answers in: Holtzman et al.'s
+# domain-conditional PMI ("Answer:"). Not lm-eval 0.4.13's context, which is empty (the BOS/EOS token alone,
+# `TemplateLM.loglikelihood`): our chat model never answers straight after EOS, so that prior would measure
+# how likely the answer is as the start of a document, not as an answer.
+UNCONDITIONAL_QUESTION = "Answer:"
 
 
 def conversation_targets(

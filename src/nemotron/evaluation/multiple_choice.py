@@ -26,7 +26,8 @@ How we mirror lm-evaluation-harness 0.4.13 (`lm_eval/api/model.py::TemplateLM._e
   that bias, and characters (unlike tokens) do not depend on the tokenizer.
 - `accuracy_mutual_info` is lm-eval's `acc_mutual_info` (Holtzman et al., 2021, "Surface Form
   Competition"): argmax of log p(choice | context) - log p(choice | unconditional context), computed only
-  when `mc_accuracy` is given an `unconditional_context` (lm-eval uses "Answer:"). It removes each
+  when `mc_accuracy` is given an `unconditional_context` (lm-eval 0.4.13's is empty, the BOS/EOS token
+  alone: pass `[EOS_ID]` to reproduce it, as tests/test_nano2_evaluation.py does). It removes each
   answer's prior probability, so it asks whether the *question* made the answer more likely. A small
   chat model mostly learns which answers are typical; raw `acc` then stays at chance (measured in the
   stage-1 evaluation docstring) while this score shows the question/answer association it did learn.

@@ -214,6 +214,13 @@ def load_balancing_loss(routings: list[Routing], num_sequences: int, top_k: int)
     return total
 
 
+def expert_counts(routings: list[Routing], moe_layers: int) -> torch.Tensor:
+    """(MoE layers x experts) float64: the routed slots each expert received, summed over the forward
+    passes recorded (Megatron's `tokens_per_expert`; the routings of one pass come in layer order)."""
+    counts = torch.stack([torch.bincount(r.chosen.flatten(), minlength=r.scores.shape[-1]) for r in routings])
+    return counts.double().view(-1, moe_layers, counts.shape[-1]).sum(0)
+
+
 def expert_loads(routings: list[Routing], moe_layers: int) -> torch.Tensor:
     """(MoE layers x experts): each layer's share of routed slots per expert, averaged over the forward
     passes recorded (the routings of one pass come in layer order)."""
@@ -224,6 +231,7 @@ def expert_loads(routings: list[Routing], moe_layers: int) -> torch.Tensor:
 @torch.no_grad()
 def update_expert_bias(recorder: RoutingRecorder, loads: torch.Tensor, rate: float = BIAS_UPDATE_RATE) -> None:
     """Auxiliary-loss-free balancing: bias += rate * sign(mean load - load), per layer and expert.
-    `loads` is `expert_loads(...)` of the step (averaged over ranks, so every rank applies the same)."""
+    `loads`: the step's routed slots per expert, summed over its forward passes and all ranks (so every
+    rank applies the same), as Megatron-Core's `get_updated_expert_bias`; shares give the same signs."""
     for router, load in zip(recorder.routers, loads):
         router.e_score_correction_bias += rate * torch.sign(load.mean() - load)

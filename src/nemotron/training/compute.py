@@ -5,6 +5,8 @@ This is the one module that decides how a step uses the machine:
 - `allowed_cores()`, `torch_threads(num_threads)`: how many intra-op threads a process uses;
 - `evaluation_threads(...)`: the same rule for a block of evaluation code;
 - `seed_everything(seed)`: Python, NumPy and torch RNGs, and deterministic CPU float math;
+- `sum_over_ranks(count)`: a count of the whole global batch, the normaliser of every token-mean loss;
+- `gradient_sync(ddp, last)`, `world_size()`: DDP's once-per-step gradient all-reduce, the process count;
 - `check_trainable_here(...)`: refuse a model that the plain loop cannot train on this machine.
 
 The same training script runs three ways, and this module is the only place that knows which:
@@ -35,7 +37,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +103,46 @@ def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(result, op=dist.ReduceOp.SUM)
         result /= dist.get_world_size()
     return result
+
+
+def sum_over_ranks(count: float | torch.Tensor) -> float | torch.Tensor:
+    """`count` summed over all processes: a float for a number, a float64 tensor for a tensor (a copy).
+
+    With one process it is `count` itself; under torchrun an all_reduce(SUM) over the default group, so
+    every process must call it at the same point. This is the normaliser of every token-mean (or
+    pair-mean) training loss, and why it must be global: say rank r holds n_r trained tokens with
+    per-token losses l_rt, N = sum_r n_r of them in the optimizer step. The loss we mean is
+
+        L = (1/N) sum_r sum_t l_rt                          (every token of the global batch weighs 1/N)
+
+    DDP does not see L: each rank backpropagates its own L_r and DDP AVERAGES the gradients, so the
+    update follows (1/W) sum_r grad L_r over W ranks. A per-rank mean L_r = (1/n_r) sum_t l_rt gives
+    (1/W) sum_r (1/n_r) sum_t grad l_rt: a rank with fewer tokens gets more weight per token, and the
+    result differs from the one-process run on the same batch whenever the n_r differ. Dividing by
+    the global count and undoing DDP's average,
+
+        L_r = (W / N) sum_t l_rt   =>   (1/W) sum_r grad L_r = (1/N) sum_r sum_t grad l_rt = grad L,
+
+    is exact for any split of the batch (Megatron-Core's `calculate_per_token_loss` does the same with
+    a sum and a count). Written `loss_sum / (N / W)`, so one process divides by N, bit for bit as before.
+    """
+    if isinstance(count, torch.Tensor):
+        total = count.detach().to(torch.float64).clone()
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total
+    return float(sum_over_ranks(torch.tensor(float(count), dtype=torch.float64)).item())
+
+
+def gradient_sync(ddp, last: bool):
+    """DDP's `no_sync()` for every micro-batch of an optimizer step but the `last` (gradient accumulation:
+    one all-reduce per step, not one per micro-batch); a no-op without DDP."""
+    return ddp.no_sync() if ddp is not None and not last else nullcontext()
+
+
+def world_size() -> int:
+    """How many processes train together: torchrun's group size, 1 without a group."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def barrier() -> None:

@@ -10,6 +10,8 @@
   how often chosen out-scores rejected by it (reward accuracy) and by how much (margin), as TRL's
   DPOTrainer logs them during training.
 
+- `dpo_backward(...)`: one optimizer step's forward and backward passes, the loss a mean over the step's
+  pairs on all ranks.
 - `dpo_step_metrics(...)`, `dpo_validation(...)`: what a DPO training step logs, averaged over ranks,
   and the same numbers on held-out pairs.
 - `reference_pass(...)`: the frozen reference's log-probs of the pairs a run trains on, in one pass;
@@ -29,8 +31,8 @@ import torch.nn.functional as F
 
 from nemotron import atomic
 from nemotron.errors import NemotronError
-from nemotron.training.compute import all_reduce_mean
-from nemotron.training.logprobs import pair_logprobs
+from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
+from nemotron.training.logprobs import completion_logprobs, pair_logprobs
 
 Logps = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one entry per pair
 STEP_METRICS = ("loss", "reward_accuracy", "reward_margin", "logps_chosen", "logps_rejected")
@@ -109,6 +111,36 @@ def dpo_loss(
     chosen_rewards = (beta * chosen_log_ratio).detach()
     rejected_rewards = (beta * rejected_log_ratio).detach()
     return losses.mean(), chosen_rewards, rejected_rewards
+
+
+def dpo_backward(
+    forward, ddp, autocast, pairs: tuple, micro_batches: list, reference: Logps, beta: float, variant: DPOVariant,
+    label_smoothing: float,
+) -> tuple[torch.Tensor, list, int]:
+    """Forward and backward over this rank's micro-batches (lists of pair indices into the tokenized
+    `(prompts, chosen, rejected)`) of one optimizer step. Returns (this rank's share of the step's loss,
+    detached; `(ids, chosen log-probs, rejected log-probs)` per micro-batch; tokens read).
+
+    Both answers of every pair go through one forward, `[chosen of each pair..., rejected of each
+    pair...]`, as TRL's `concatenated_forward`. The loss is the mean over the pairs of the global batch:
+    each micro-batch's mean weighs its pairs x world size / the step's pairs on all ranks
+    (`compute.sum_over_ranks` shows why), which is 1/grad_accum_steps when every micro-batch holds as many.
+    """
+    pairs_per_rank = sum_over_ranks(sum(len(ids) for ids in micro_batches)) / world_size()
+    policy_logps, step_loss, step_tokens = [], torch.zeros(()), 0
+    for index, ids in enumerate(micro_batches):
+        prompts, chosen, rejected = ([sequences[i] for i in ids] for sequences in pairs)
+        with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast:
+            policy = completion_logprobs(forward, prompts * 2, chosen + rejected, batch_size=2 * len(ids))
+            policy_chosen, policy_rejected = policy[: len(ids)], policy[len(ids) :]
+            loss, _, _ = dpo_loss(policy_chosen, policy_rejected, *(logps[ids] for logps in reference), beta,
+                                  variant, label_smoothing)
+            loss = loss * (len(ids) / pairs_per_rank)
+        loss.backward()
+        step_loss += loss.detach().cpu()
+        policy_logps.append((ids, policy_chosen.detach(), policy_rejected.detach()))
+        step_tokens += sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosen, rejected, strict=True))
+    return step_loss, policy_logps, step_tokens
 
 
 def reward_metrics(

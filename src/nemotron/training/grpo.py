@@ -17,7 +17,9 @@ PPO's clipped surrogate (Schulman et al., 2017) per token, with the ratio to the
 The KL term keeps the policy near the SFT model; it uses the k3 estimator (Schulman, 2020,
 "Approximating KL divergence"): exp(ref - logp) - (ref - logp) - 1, non-negative and unbiased.
 Tokens are averaged over the whole batch (every completion token weighs the same, DAPO, arXiv:2503.14476),
-not per completion first, so long wrong answers are not under-penalised.
+not per completion first, so long wrong answers are not under-penalised; and over the whole batch of
+every rank together: the sum is divided by the completion tokens of all ranks (`compute.sum_over_ranks`),
+so two processes update the policy as one process does with the same completions (tested).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from nemotron.errors import NemotronError
+from nemotron.training.compute import sum_over_ranks, world_size
 
 
 def check_group_size(batch_size: int, group_size: int, flag: str = "--completions-per-step") -> None:
@@ -61,19 +64,25 @@ def policy_loss(
     clip_eps: float = 0.2, ref_logprobs: torch.Tensor | None = None, kl_beta: float = 0.0,
 ) -> PolicyLossParts:
     """GRPO's loss. logprobs / old / ref: (batch, tokens) log-probabilities of the sampled tokens;
-    advantages: (batch,); mask: (batch, tokens), 1 on completion tokens (never on the prompt or padding)."""
+    advantages: (batch,); mask: (batch, tokens), 1 on completion tokens (never on the prompt or padding).
+
+    Under torchrun every rank calls it once per step (it sums the token count over the ranks): `loss` is
+    this rank's share, W x its sum / the tokens of all ranks, so DDP's average of gradients is the mean
+    over every completion token of the step; `policy`, `kl` and `clipped` are the means over all ranks."""
     mask = mask.to(logprobs.dtype)
-    tokens = mask.sum().clamp(min=1)
+    tokens_per_rank = max(sum_over_ranks(float(mask.sum())), 1.0) / world_size()
     ratio = torch.exp(logprobs - old_logprobs)
     advantage = advantages[:, None].to(logprobs.dtype)
     surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantage)
-    policy = -(surrogate * mask).sum() / tokens
+    policy = -(surrogate * mask).sum() / tokens_per_rank
     kl = torch.zeros(())
     if ref_logprobs is not None and kl_beta:
         delta = ref_logprobs - logprobs
-        kl = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens
-    clipped = (((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).to(mask.dtype) * mask).sum() / tokens
-    return PolicyLossParts(policy + kl_beta * kl, policy.item(), kl.item(), clipped.item())
+        kl = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens_per_rank
+    clipped = (((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).to(mask.dtype) * mask).sum() / tokens_per_rank
+    parts = torch.stack([policy.detach(), kl.detach(), clipped.detach()]).cpu()
+    means = (sum_over_ranks(parts) / world_size()).tolist()
+    return PolicyLossParts(policy + kl_beta * kl, *means)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@
             loss = task_loss + balance.loss(routings, num_sequences)      # the auxiliary term
             loss.backward()
         optimizer.step()
-        balance.after_step()            # loads averaged over ranks; expert bias update
-        run.record(..., **balance.log())  # aux_loss, max_load, expert_load (per layer and expert)
+        balance.after_step()            # routed slots summed over passes and ranks; expert bias update
+        training.record(..., **balance.log())  # aux_loss, max_load, expert_load (per layer and expert)
 
 The maths lives in `nemotron.models.nano3` (routing recorder, seq_aux_loss, bias update); this object
 only accumulates it over the micro-batches of a step and logs it, so the step file shows the loss it
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from nemotron.models import nano3
-from nemotron.training.compute import all_reduce_mean
+from nemotron.training.compute import all_reduce_mean, sum_over_ranks
 
 
 class ExpertBalance:
@@ -34,6 +34,7 @@ class ExpertBalance:
         self._reset()
 
     def _reset(self) -> None:
+        self.counts = torch.zeros(self.layers, self.experts, dtype=torch.float64)  # routed slots this step
         self.loads = torch.zeros(self.layers, self.experts)
         self.aux = torch.zeros(())
         self.passes = 0
@@ -49,20 +50,26 @@ class ExpertBalance:
             return torch.zeros(())
         aux = nano3.load_balancing_loss(routings, num_sequences, self.top_k)
         self.aux += aux.detach().cpu() / self.layers
-        self.loads += nano3.expert_loads(routings, self.layers).cpu()
+        self.counts += nano3.expert_counts(routings, self.layers).cpu()
         self.passes += 1
         return self.coeff * aux
 
     def after_step(self) -> None:
-        """After optimizer.step(): average this step's loads over passes and ranks, move the expert bias."""
+        """After optimizer.step(): sum this step's routed slots over passes and ranks, move the expert bias.
+
+        Counts, not per-pass shares: a pass (or a rank) that routes more tokens weighs more, so the update
+        does not depend on how the step's batch was split, and integer counts tie exactly (sign 0), as in
+        Megatron-Core's `get_updated_expert_bias` (an all-reduce SUM of `tokens_per_expert`)."""
         if self.layers:
-            self.loads = all_reduce_mean(self.loads / max(self.passes, 1))
+            counts = sum_over_ranks(self.counts)
+            self.loads = (counts / counts.sum(-1, keepdim=True).clamp(min=1)).float()
             self.aux = all_reduce_mean(self.aux / max(self.passes, 1))
             if self.rate:
-                nano3.update_expert_bias(self.recorder, self.loads, self.rate)
+                # float32 counts (exact below 2^24): the bias steps in the buffer's own precision
+                nano3.update_expert_bias(self.recorder, counts.float(), self.rate)
 
     def log(self) -> dict:
-        """This step's routing numbers for `run.record`, then reset for the next step."""
+        """This step's routing numbers for `TrainingRun.record`, then reset for the next step."""
         if not self.layers:
             return {}
         numbers = {

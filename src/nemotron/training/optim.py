@@ -2,12 +2,13 @@
 
 - `build_optimizer(model, lr, weight_decay)`: AdamW (Loshchilov & Hutter, 2019, "Decoupled Weight
   Decay Regularization") over two parameter groups, with and without weight decay.
-- `warmup_cosine(optimizer, warmup_steps, total_steps, min_lr_ratio)`: linear warmup, then a cosine
-  decay to `min_lr_ratio * lr` (Loshchilov & Hutter, 2017, SGDR; the schedule GPT-3 and the
+- `lr_schedule(optimizer, warmup_steps, total_steps, min_lr_ratio, decay_fraction=None)`: linear warmup,
+  then a cosine decay to `min_lr_ratio * lr` (Loshchilov & Hutter, 2017, SGDR; the schedule GPT-3 and the
   Nemotron-H / Nano 2 reports use for pretraining), as a plain `torch.optim.lr_scheduler.LambdaLR`.
 - `WarmupStableDecay`: linear warmup, a long constant stage at the peak rate, then a short decay to
   `min_lr_ratio * lr` over the last `decay_fraction` of the steps (warmup-stable-decay, Hu et al.,
-  2024, "MiniCPM"; the schedule of the Nemotron 3 Nano run). `--schedule wsd` selects it.
+  2024, "MiniCPM"; the schedule of the Nemotron 3 Nano run). `--schedule wsd` (or `lr_schedule(...,
+  decay_fraction=...)`) selects it.
 
 Which parameters are not decayed, and why. Weight decay pulls every weight towards zero a little each
 step. That is a useful prior for the big projection matrices, but wrong for:
@@ -124,7 +125,7 @@ def wsd_decay_steps(decay_fraction: float, total_steps: int) -> int:
     return max(1, round(decay_fraction * total_steps))
 
 
-def warmup_cosine(
+def lr_schedule(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,
     decay_fraction: float | None = None,
 ) -> LambdaLR:
@@ -150,5 +151,18 @@ def adamw_with_schedule(model: nn.Module, config, steps: int) -> tuple[torch.opt
     warmup = steps // 10 if config.warmup_steps is None else config.warmup_steps
     optimizer = build_optimizer(model, lr=config.lr, weight_decay=config.weight_decay)
     decay_fraction = config.decay_fraction if config.schedule == "wsd" else None
-    return optimizer, warmup_cosine(optimizer, warmup, steps, config.min_lr_ratio, decay_fraction)
+    return optimizer, lr_schedule(optimizer, warmup, steps, config.min_lr_ratio, decay_fraction)
 
+
+
+def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LambdaLR, grad_clip: float,
+                   ) -> tuple[float, float]:
+    """The end of every training step: clip the global gradient norm to `grad_clip` (0: no clipping),
+    step the optimizer and the schedule, clear the gradients. Returns (the norm before clipping, the
+    learning rate this step used), what the step logs."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf)
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm.item(), lr

@@ -10,8 +10,9 @@ means "predicting token i+1 from position i is trained". This module turns rows 
 - `collate_per_conversation(rows, pad_id)`: the same conversations one per batch row (right-padded),
   the exact "no packing" layout every conversation sees at inference. Used to measure what packing
   changes (tests, benchmarks/bench_sft_packing.py).
-- `masked_token_loss(logits, batch)`: the SUM of next-token cross-entropy over trained positions. The
-  caller divides by the number of trained tokens of the whole optimizer step, see the SFT step.
+- `masked_token_loss(logits, batch)`: the SUM of next-token cross-entropy over trained positions.
+- `sft_backward(...)`: one optimizer step's forward and backward passes, the loss per trained token of
+  the whole step on all ranks.
 - rows are drawn in seeded, resumable epochs by `nemotron.training.samplers.EpochSampler`.
 - `validation_loss(model, rows, pad_id)`: mean loss per trained token over held-out rows.
 
@@ -43,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from nemotron.data_prep.packing import PackedRow
-from nemotron.training.compute import all_reduce_mean
+from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
 
 
 @dataclass
@@ -110,6 +111,33 @@ def masked_token_loss(logits: torch.Tensor, batch: SFTBatch) -> torch.Tensor:
     """Sum of next-token cross-entropy over the trained positions (a scalar, float32)."""
     per_token = F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten(), reduction="none")
     return (per_token * batch.loss_mask.flatten()).sum()
+
+
+def sft_backward(forward, ddp, autocast, micro_batches: Sequence[SFTBatch], balance=None) -> torch.Tensor:
+    """Forward and backward over this rank's micro-batches of one optimizer step; returns this rank's share
+    of the step's loss (detached; `all_reduce_mean` of it is the loss per trained token of the step).
+
+    A per-token loss, as Megatron-Core's `calculate_per_token_loss`: every micro-batch's loss SUM is
+    divided by the trained tokens of the whole step on all ranks, times the world size to undo DDP's
+    average (`compute.sum_over_ranks` shows the maths), not averaged per micro-batch. Every trained token
+    weighs the same, so accumulation and DDP give the one-big-batch gradient (tested); a per-micro-batch
+    mean over-weights the tokens of micro-batches with few targets (the gradient-accumulation loss bug the
+    HF Trainer fixed in v4.46, Oct 2024). `balance` (an `ExpertBalance`) adds the MoE load-balancing loss
+    of each forward pass, averaged over the micro-batches.
+    """
+    trained = sum_over_ranks(sum(batch.num_loss_tokens for batch in micro_batches))
+    trained_per_rank = max(trained, 1.0) / world_size()
+    step_loss = torch.zeros(())
+    for index, batch in enumerate(micro_batches):
+        recording = balance.recording() if balance is not None else contextlib.nullcontext([])
+        with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast, recording as routings:
+            logits = forward(**batch.model_inputs(), use_cache=False).logits
+            loss = masked_token_loss(logits, batch) / trained_per_rank
+            aux = balance.loss(routings, len(batch.input_ids)) / len(micro_batches) if balance is not None else 0.0
+            total = loss + aux
+        total.backward()
+        step_loss += loss.detach().cpu()
+    return step_loss
 
 
 @torch.no_grad()

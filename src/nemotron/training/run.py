@@ -6,14 +6,14 @@ save checkpoints; write the final model folder and the artifact. `TrainingRun` d
 nothing else. The maths (the batches, the forward pass, the loss, `backward`, `no_sync`, clipping and
 `optimizer.step()`) stays visible in the step file:
 
-    run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")   # compute init
-    model, optimizer, scheduler, data = ...                                     # the step's choices
-    state = run.resume(model, optimizer, scheduler, data, tokenizer)            # -> LoopState
+    training = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")   # compute init
+    model, optimizer, scheduler, data = ...                                          # the step's choices
+    state = training.resume(model, optimizer, scheduler, data, tokenizer)            # -> LoopState
     for step in range(state.step + 1, steps + 1):
         ...forward, loss, backward, clip, optimizer.step()...
-        run.record(step, loss=loss, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=...)
-        run.checkpoint_if_due(step)
-    return run.finish(PretrainCheckpoint, metrics={...})
+        training.record(step, loss=loss, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=...)
+        training.checkpoint_if_due(step)
+    return training.finish(PretrainCheckpoint, metrics={...})
 
 The output folder of a run (`config.output_dir`):
 

@@ -66,6 +66,80 @@ class TrainingSettings:
         return self.engine == "megatron-bridge" or (self.engine is None and self.scale == "full")
 
 
+@dataclass
+class OptimizerSettings:
+    """AdamW and its learning-rate schedule (`nemotron.training.optim.adamw_with_schedule` reads these).
+
+    A step whose measured best differs redefines the field with its own default and says why in a
+    comment; the flag and its help stay these."""
+
+    lr: float = 3e-3
+    """Peak learning rate, reached after the warmup (per-step defaults: each step says why its own)."""
+    min_lr_ratio: float = 0.1
+    """Where the schedule ends, as a fraction of lr: the floor of the cosine decay (--schedule cosine), or
+    what warmup-stable-decay's final decay reaches (--schedule wsd); 1.0 keeps the rate constant."""
+    warmup_steps: int | None = None
+    """Linear warmup steps; default 10% of the steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, on weight matrices only (not on norms, biases, Mamba's A_log/D/dt_bias or
+    embeddings; nemotron.training.optim says why)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+
+
+@dataclass
+class MicroBatchSettings:
+    """How one optimizer step's batch is cut: what a step with gradient accumulation adds to the optimizer."""
+
+    micro_batch_size: int = 8
+    """Examples per forward pass, per process: windows, packed rows, or preference pairs (two sequences each)."""
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
+
+
+
+@dataclass
+class PretrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchSettings):
+    """What both recipes' pretraining steps read: bin/idx shards cut into windows, a model from a scale."""
+
+    dataset_path: Path | None = None
+    """A PretrainDataset folder (stage-0 data curation's bin/idx shards); default: read it from stdin."""
+    dataset_artifact: str | None = None
+    """Or a tracked reference such as `pretraindataset:latest`."""
+    seq_len: int | None = None
+    """Tokens per training window; default per scale (tiny 256)."""
+    model_overrides: tuple[str, ...] = ()
+    """NemotronHConfig fields as KEY=VALUE (JSON values), e.g. hidden_size=192 or n_routed_experts=16."""
+    schedule: Literal["cosine", "wsd"] = "wsd"
+    """Warmup-stable-decay by default for pretraining (Hu et al., 2024; the Nano 3 run's schedule).
+    Measured at tiny (nano2, 300 steps, lr 3e-3, same data and seed): held-out bits per byte 0.722x the
+    unigram's with cosine decay, 0.706x with WSD decaying over the last 20% and 0.705x over 30%; lr
+    5e-3 was worse with either schedule (0.716x cosine, 0.708x WSD); 340 WSD steps: 0.700x."""
+    eval_batches: int = 8
+    """Global batches of validation windows per evaluation (the whole valid split if it is smaller)."""
+    eval_every: int = bookkeeping(40)
+    """Validation loss every this many steps (and at the last): 8 points on nano2 tiny's 340-step curve."""
+    checkpoint_every: int = bookkeeping(40)
+    """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
+    seed: int = 0
+    """Seeds the weights and the order of the windows."""
+
+
+@dataclass
+class FineTuningSettings(TrainingSettings, OptimizerSettings, MicroBatchSettings):
+    """What the SFT and DPO steps read: a dataset, and the checkpoint they continue from (the step's
+    description names the artifact types)."""
+
+    dataset_path: Path | None = None
+    """The dataset folder to train on; default: read it from stdin."""
+    dataset_artifact: str | None = None
+    """Or a tracked reference such as `sftdataset:latest` (the dataset's type, lower case)."""
+    checkpoint_path: Path | None = None
+    """The checkpoint folder to start from; default: read it from stdin, or for SFT the one the dataset was
+    made from (at --scale full: the previous stage's training folder holding its MegatronBridgeRun)."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `sftcheckpoint:latest` (the checkpoint's type, lower case)."""
+
 
 def parse_overrides(items: tuple[str, ...]) -> dict:
     """`("hidden_size=192", "hybrid_override_pattern=M-M*-")` -> {"hidden_size": 192, ...}."""

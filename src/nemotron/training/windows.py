@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.errors import NemotronError
-from nemotron.training.compute import all_reduce_mean
+from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
 
 
 class TokenWindows:
@@ -182,6 +182,35 @@ def windows_loss(model, windows: TokenWindows, ids: range, batch_size: int, auto
     total, count = all_reduce_mean(torch.tensor([total, count], dtype=torch.float64)).tolist()
     return total / count
 
+
+def pretraining_backward(
+    forward, ddp, autocast, windows: torch.Tensor, micro_batch_size: int, device: torch.device, balance=None,
+) -> torch.Tensor:
+    """Forward and backward over this rank's `windows` of one optimizer step, `micro_batch_size` at a time;
+    returns this rank's share of the step's next-token loss (detached: `all_reduce_mean` of it over the
+    ranks is the mean per target of the global batch).
+
+    Each micro-batch's mean cross-entropy is weighted by its targets x world size / the step's targets
+    on all ranks (`compute.sum_over_ranks` says why): after DDP's average of gradients, every target of
+    the global batch weighs the same. Windows all hold `seq_len` targets, so the weight is exactly
+    1/grad_accum_steps; the counts keep it true for any batch. `balance` (an `ExpertBalance`, for a
+    mixture of experts) adds coeff x the load-balancing loss of each forward pass (Switch Transformer;
+    Megatron's seq_aux_loss), averaged over the micro-batches; its gradient reaches only the routers.
+    """
+    micro_batches = windows.split(micro_batch_size)
+    targets_per_rank = sum_over_ranks(windows[:, 1:].numel()) / world_size()
+    step_loss = torch.zeros(())
+    for index, micro in enumerate(micro_batches):
+        recording = balance.recording() if balance is not None else contextlib.nullcontext([])
+        with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast, recording as routings:
+            logits = forward(input_ids=micro[:, :-1].to(device), use_cache=False).logits
+            loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(device))
+            loss = loss * (micro[:, 1:].numel() / targets_per_rank)
+            aux = balance.loss(routings, len(micro)) / len(micro_batches) if balance is not None else 0.0
+            total = loss + aux
+        total.backward()
+        step_loss += loss.detach().cpu()
+    return step_loss
 
 
 def pretraining_windows(

@@ -42,17 +42,14 @@ imported inside `main`, so `--help` answers without loading them.
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from nemotron.artifact.fields import bookkeeping
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
-from nemotron.training.settings import TrainingSettings, parse_overrides
+from nemotron.training.settings import PretrainingSettings, parse_overrides
 
 # Optimizer steps and window length per scale. Tiny: ~65 s on 2 idle cores (~9,600 tokens/s with 2
 # threads), ~0.45 epochs of Shakespeare; 340 rather than 300 steps because warmup-stable-decay then
@@ -62,67 +59,25 @@ SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
 
 
 @dataclass
-class Config(TrainingSettings):
+class Config(PretrainingSettings):
     """Pretrain the nano2 model from scratch on bin/idx shards."""
 
-    dataset_path: Path | None = None
-    """A PretrainDataset folder; default: read it from stdin."""
-    dataset_artifact: str | None = None
-    """Or a tracked reference such as `pretraindataset:latest`."""
     steps: int | None = None
     """Optimizer steps; default per scale (tiny 340)."""
-    seq_len: int | None = None
-    """Tokens per training window; default per scale (tiny 256)."""
-    micro_batch_size: int = 8
-    """Windows per forward pass (per process)."""
-    grad_accum_steps: int = 1
-    """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
-    lr: float = 3e-3
-    """Peak learning rate; small models tolerate (and need) a high one."""
-    min_lr_ratio: float = 0.1
-    """The cosine decay ends at lr x this."""
-    warmup_steps: int | None = None
-    """Linear warmup; default 10% of the steps."""
-    weight_decay: float = 0.1
-    """AdamW weight decay, on weight matrices only (not on norms, biases or embeddings of 1-D params)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 disables)."""
-    model_overrides: tuple[str, ...] = ()
-    """NemotronHConfig fields as KEY=VALUE (JSON values), e.g. hidden_size=192."""
-    schedule: Literal["cosine", "wsd"] = "wsd"
-    """Warmup-stable-decay by default for pretraining (Hu et al., 2024; the Nano 3 run's schedule).
-    Measured at tiny (300 steps, lr 3e-3, same data and seed): held-out bits per byte 0.722x the
-    unigram's with cosine decay, 0.706x with WSD decaying over the last 20% and 0.705x over 30%; lr
-    5e-3 was worse with either schedule (0.716x cosine, 0.708x WSD); 340 WSD steps: 0.700x."""
-    decay_fraction: float = 0.2
-    """With --schedule wsd: the share of the steps over which the rate decays (see --schedule)."""
-    eval_batches: int = 8
-    """Global batches of validation windows per evaluation (the whole valid split if it is smaller)."""
-    eval_every: int = bookkeeping(40)
-    """Validation loss every this many steps (and at the last): 8 points on tiny's 300-step curve."""
-    checkpoint_every: int = bookkeeping(40)
-    """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/training")
     """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""
-    seed: int = 0
-    """Seeds the weights and the order of the windows."""
 
 
 def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
-    import contextlib
-
-    import torch
-    import torch.nn.functional as F
-
     from nemotron.data_prep.indexed import IndexedReader
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.nano2 import build_config, build_model, count_parameters, describe_pattern
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
     from nemotron.training.megatron_bridge import hand_off
-    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun
-    from nemotron.training.windows import pretraining_windows, windows_loss
+    from nemotron.training.windows import pretraining_backward, pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains instead of this loop ---
     dataset = PretrainDataset.load_input(config, "dataset")
@@ -131,61 +86,49 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
         return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale])
 
     # --- compute init ---
-    run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")
+    training = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
 
     # --- model: checked against this machine and the data before it is built ---
     model_config = build_config(config.scale, dataset.vocab_size, **parse_overrides(config.model_overrides))
-    check_trainable_here(config.scale, count_parameters(model_config), run.info.world_size)
+    check_trainable_here(config.scale, count_parameters(model_config), training.info.world_size)
     seq_len = config.seq_len or SEQ_LEN[config.scale]
     largest = max(IndexedReader(prefix).max_token_id() for prefix in dataset.train_prefixes + dataset.valid_prefixes)
     check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
     model = build_model(model_config, seed=config.seed)
-    forward, ddp, autocast = run.prepare(model)  # on the device, training mode; DDP under torchrun
-    if run.is_main:
+    forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun
+    if training.is_main:
         print(f"nano2 {config.scale}: {count_parameters(model) / 1e6:.2f}M parameters, "
               f"{describe_pattern(model_config.hybrid_override_pattern)}", file=sys.stderr)
 
-    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW, warmup + cosine decay
+    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW; warmup, then WSD (or cosine)
 
     # --- data: seeded windows over the train shards; a fixed slice of the valid shards ---
-    train, valid, valid_ids = pretraining_windows(dataset, seq_len, config.micro_batch_size, config.grad_accum_steps,
-                                                  config.eval_batches, config.seed, run.info.rank, run.info.world_size)
+    train, valid, valid_ids = pretraining_windows(
+        dataset, seq_len, config.micro_batch_size, config.grad_accum_steps, config.eval_batches, config.seed,
+        training.info.rank, training.info.world_size)
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
-    state = run.resume(model, optimizer, scheduler, train, tokenizer)
+    state = training.resume(model, optimizer, scheduler, train, tokenizer)
     for step in range(state.step + 1, steps + 1):
         windows = train.next_batch()  # this rank's (micro_batch_size x grad_accum_steps, seq_len + 1)
-        lr = scheduler.get_last_lr()[0]  # the rate this step uses
-        step_loss = torch.zeros(())
-        for index, micro in enumerate(windows.split(config.micro_batch_size)):
-            last = index == config.grad_accum_steps - 1
-            # Every micro-batch has the same number of targets, so the mean of micro-batch means is
-            # the mean over the whole batch; DDP averages gradients over ranks the same way.
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast:
-                logits = forward(input_ids=micro[:, :-1].to(run.device), use_cache=False).logits
-                loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(run.device))
-                loss = loss / config.grad_accum_steps
-            loss.backward()
-            step_loss += loss.detach().cpu()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        # Mean cross-entropy per target of the global batch, micro-batch by micro-batch (DDP syncs the last).
+        step_loss = pretraining_backward(forward, ddp, autocast, windows, config.micro_batch_size, training.device)
+        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
 
         # Bookkeeping: the batch loss over all ranks, and the validation loss when due.
         validation = None
-        if run.is_due(step, config.eval_every):
+        if training.is_due(step, config.eval_every):
             validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
-        run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
-                   tokens=train.tokens_per_batch, validation=validation)
-        run.checkpoint_if_due(step)
+        training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm,
+                        tokens=train.tokens_per_batch, validation=validation)
+        training.checkpoint_if_due(step)
 
     # --- the model folder and the artifact ---
-    return run.finish(PretrainCheckpoint, metrics={
+    return training.finish(PretrainCheckpoint, metrics={
         "parameters": count_parameters(model),
-        "epochs": run.state.tokens / max(train.num_tokens, 1),
+        "epochs": training.state.tokens / max(train.num_tokens, 1),
     })
 
 

@@ -59,41 +59,25 @@ from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset
 from nemotron.training.artifacts import MegatronBridgeRun
-from nemotron.training.settings import TrainingSettings
+from nemotron.training.settings import FineTuningSettings
 
 # Optimizer steps per scale. Tiny: ~4 epochs over the ~130 packed chatterbot rows in ~30 s on 2 cores.
 STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
 
 
 @dataclass
-class Config(TrainingSettings):
-    """Supervised fine-tuning of the stage-0 model on packed chats (loss on assistant tokens only)."""
+class Config(FineTuningSettings):
+    """Supervised fine-tuning of the stage-0 model (a PretrainCheckpoint) on packed chats (an SFTDataset),
+    with the loss on assistant tokens only."""
 
-    dataset_path: Path | None = None
-    """An SFTDataset folder; default: read it from stdin."""
-    dataset_artifact: str | None = None
-    """Or a tracked reference such as `sftdataset:latest`."""
-    checkpoint_path: Path | None = None
-    """The stage-0 PretrainCheckpoint folder; default: stdin, else the one the dataset was made from."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `pretraincheckpoint:latest`."""
     steps: int | None = None
     """Optimizer steps; default per scale (tiny 60)."""
+    # 8 packed rows a step, as 4 x 2 micro-batches: a smaller forward pass for the longer packed rows.
     micro_batch_size: int = 4
-    """Packed rows per forward pass (per process)."""
     grad_accum_steps: int = 2
-    """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
+    # Tiny: the chat markers were never seen in pretraining and 60 steps is short; measured valid loss 4.38
+    # at lr 1e-3, 4.11 at 2e-3, 4.03 at 3e-3 (a 400-step pretrained tiny base). The shared default, on purpose.
     lr: float = 3e-3
-    """Peak learning rate. Tiny: the chat markers were never seen in pretraining and 60 steps is short;
-    measured valid loss 4.38 at 1e-3, 4.11 at 2e-3, 4.03 at 3e-3 (a 400-step pretrained tiny base)."""
-    min_lr_ratio: float = 0.1
-    """The cosine decay ends at lr x this."""
-    warmup_steps: int | None = None
-    """Linear warmup; default 10% of the steps."""
-    weight_decay: float = 0.1
-    """AdamW weight decay, on weight matrices only (not on norms, biases or embeddings of 1-D params)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 disables)."""
     layout: Literal["packed", "per_conversation"] = "packed"
     """packed: rows as stored (Mamba state carries over); per_conversation: exact, one chat per batch row."""
     output_dir: Path = Path("runs/nano2/stage1_sft/training")
@@ -103,22 +87,17 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
-    import contextlib
-    import math
-
-    import torch
-
     from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
-    from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import hand_off
-    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.packed_batches import (
         collate_packed,
         collate_per_conversation,
-        masked_token_loss,
+        sft_backward,
         validation_loss,
     )
     from nemotron.training.run import TrainingRun
@@ -135,7 +114,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
         PretrainCheckpoint, path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact,
         scale=config.scale, made_from=[dataset], stdin=piped, flag="--checkpoint-path",
     )
-    run = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
+    training = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     base_tokenizer = load_tokenizer(base.model_dir)
     check_chat_tokenizer(base_tokenizer, base.model_dir)
@@ -148,55 +127,37 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     check_fits(ModelLimits.from_folder(base.model_dir), where=str(dataset.path),
                largest_id=max(int(row.input_ids.max()) for row in rows), longest=max(len(row.input_ids) for row in rows),
                fix="re-run data curation from this checkpoint (its tokenizer, a --pack-size within its context)")
-    model = run.load_model(base.model_dir)
-    forward, ddp, autocast = run.prepare(model)  # on the device, training mode; DDP under torchrun
-    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW, warmup + cosine decay
+    model = training.load_model(base.model_dir)
+    forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun
+    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW; warmup, then cosine decay
 
     # --- data: seeded epochs over the packed rows ---
-    rank, world_size = run.info.rank, run.info.world_size
+    rank, world_size = training.info.rank, training.info.world_size
     batches = EpochSampler(train_rows, config.micro_batch_size, config.grad_accum_steps, config.seed, rank, world_size)
     collate = collate_packed if config.layout == "packed" else collate_per_conversation
     pad_id = tokenizer.pad_token_id
 
-    def per_rank_mean(count: float) -> float:
-        """The mean of a per-process count over all processes (the count itself with one process)."""
-        return all_reduce_mean(torch.tensor(float(count), dtype=torch.float64)).item()
-
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
-    state = run.resume(model, optimizer, scheduler, batches, tokenizer)
+    state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
-        micro_batches = [collate(rows, pad_id).to(run.device) for rows in batches.next_step()]
-        # Per-token normalisation over the whole step: divide every micro-batch's loss SUM by the mean
-        # number of trained tokens per rank; DDP then averages gradients over ranks, which gives
-        # sum(all losses) / sum(all trained tokens), exactly the one-big-batch gradient.
-        targets_per_rank = max(per_rank_mean(sum(b.num_loss_tokens for b in micro_batches)), 1.0)
-        step_loss = torch.zeros(())
-        for index, batch in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast:
-                logits = forward(**batch.model_inputs(), use_cache=False).logits
-                loss = masked_token_loss(logits, batch) / targets_per_rank
-            loss.backward()
-            step_loss += loss.detach().cpu()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
-        lr = scheduler.get_last_lr()[0]  # the rate this step used
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        micro_batches = [collate(rows, pad_id).to(training.device) for rows in batches.next_step()]
+        # The loss SUM over trained tokens, divided by the trained tokens of the whole step on all ranks.
+        step_loss = sft_backward(forward, ddp, autocast, micro_batches)
+        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
 
         # Bookkeeping: the step's loss per trained token over all ranks, and validation when due.
         validation = None
-        if run.is_due(step, config.eval_every):
+        if training.is_due(step, config.eval_every):
             loss_per_token = validation_loss(model, valid_rows, pad_id, collate, rank=rank, world_size=world_size,
                                              autocast=autocast)
             validation = {"val_loss": loss_per_token}
-        step_tokens = round(per_rank_mean(sum(b.num_tokens for b in micro_batches)) * world_size)
-        run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
-                   tokens=step_tokens, validation=validation)
-        run.checkpoint_if_due(step)
+        step_tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
+        training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm,
+                        tokens=step_tokens, validation=validation)
+        training.checkpoint_if_due(step)
 
     # --- the model folder and the artifact ---
-    return run.finish(SFTCheckpoint, metrics={"layout": config.layout})
+    return training.finish(SFTCheckpoint, metrics={"layout": config.layout})
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ from typing import Literal
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
-from nemotron.training.settings import TrainingSettings
+from nemotron.training.settings import FineTuningSettings
 
 # Optimizer steps per scale. Tiny: 480 of the ~1,600 training pairs (one per rejected kind of ~630 chats).
 STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
@@ -70,17 +70,10 @@ REFERENCE_LOGPS = "reference_logps.pt"
 
 
 @dataclass
-class Config(TrainingSettings):
-    """DPO of the SFT model on preference pairs, against the frozen SFT model as the reference."""
+class Config(FineTuningSettings):
+    """DPO of the SFT model (an SFTCheckpoint) on preference pairs (a PreferenceDataset), against the frozen
+    SFT model as the reference."""
 
-    dataset_path: Path | None = None
-    """A PreferenceDataset folder; default: read it from stdin."""
-    dataset_artifact: str | None = None
-    """Or a tracked reference such as `preferencedataset:latest`."""
-    checkpoint_path: Path | None = None
-    """The stage-1 SFTCheckpoint folder (policy start and frozen reference); default: stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `sftcheckpoint:latest`."""
     beta: float = 0.1
     """Strength of the pull towards the reference: the implicit reward is beta * log(pi / pi_ref)."""
     loss_variant: Literal["sigmoid", "conservative", "ipo"] = "sigmoid"
@@ -89,21 +82,11 @@ class Config(TrainingSettings):
     """cDPO's assumed probability that a preference label is flipped (0 < eps < 0.5)."""
     steps: int | None = None
     """Optimizer steps; default per scale (tiny 60)."""
-    micro_batch_size: int = 8
-    """Pairs per forward pass (per process); each pair is two sequences."""
-    grad_accum_steps: int = 1
-    """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
+    # A fifth of SFT's rate: DPO should re-rank answers, not re-learn the language. At tiny, 1e-4 barely
+    # moves held-out preference accuracy and 5e-4 overfits the training pairs.
     lr: float = 2e-4
-    """Peak learning rate: a fifth of SFT's; DPO should re-rank answers, not re-learn the language. At
-    tiny, 1e-4 barely moves held-out preference accuracy and 5e-4 overfits the training pairs."""
-    min_lr_ratio: float = 0.1
-    """The cosine decay ends at lr x this."""
-    warmup_steps: int | None = None
-    """Linear warmup; default 10% of the steps."""
+    # No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises.
     weight_decay: float = 0.0
-    """No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 disables)."""
     reference_batch_size: int = 32
     """Sequences per forward pass of the one-time reference pass and of validation."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/training")
@@ -113,27 +96,23 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> DPOCheckpoint:
-    import contextlib
-
-    import torch
-
     from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.preference import read_tokenized_pairs
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import all_reduce_mean, barrier
+    from nemotron.training.compute import barrier, sum_over_ranks
     from nemotron.training.dpo import (
         check_dpo_settings,
-        dpo_loss,
+        dpo_backward,
         dpo_step_metrics,
         dpo_validation,
         load_reference_logps,
         reference_pass,
         save_reference_logps,
     )
-    from nemotron.training.logprobs import completion_logprobs, pair_logprobs
+    from nemotron.training.logprobs import pair_logprobs
     from nemotron.training.megatron_bridge import DPO_AT_SCALE
-    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler
 
@@ -144,84 +123,68 @@ def main(config: Config) -> DPOCheckpoint:
     dataset = PreferenceDataset.load_input(config, "dataset")
     sft = SFTCheckpoint.load_input(config, "checkpoint")
     steps = config.steps or STEPS[config.scale]
-    run = TrainingRun(config, inputs=[dataset, sft], steps=steps, name="dpo")
+    training = TrainingRun(config, inputs=[dataset, sft], steps=steps, name="dpo")
     tokenizer, sft_tokenizer = load_tokenizer(dataset.tokenizer_dir), load_tokenizer(sft.model_dir)
     check_chat_tokenizer(sft_tokenizer, sft.model_dir)
     check_same_vocabulary(sft_tokenizer, tokenizer, f"checkpoint {sft.model_dir}", f"dataset {dataset.path}")
     train, valid = read_tokenized_pairs(dataset.train_tokens), read_tokenized_pairs(dataset.valid_tokens)
 
     # --- model: the policy starts as the SFT model ---
-    model = run.load_model(sft.model_dir)
-    forward, ddp, autocast = run.prepare(model)  # on the device, training mode; DDP under torchrun
-    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW, warmup + cosine decay
+    model = training.load_model(sft.model_dir)
+    forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun
+    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW; warmup, then cosine decay
 
     # --- data: seeded shuffled batches of pair indices ---
-    global_batch = config.micro_batch_size * config.grad_accum_steps * run.info.world_size
+    global_batch = config.micro_batch_size * config.grad_accum_steps * training.info.world_size
     if len(train[0]) < global_batch:
         raise NemotronError(
             f"{dataset.train_tokens}: {len(train[0])} training pairs, fewer than one global batch of {global_batch}; "
             "add pairs, raise stage-2 curation's --max-length, or lower the batch settings"
         )
     batches = EpochSampler(range(len(train[0])), config.micro_batch_size, config.grad_accum_steps, config.seed,
-                           run.info.rank, run.info.world_size)
+                           training.info.rank, training.info.world_size)
 
     # --- reference log-probs: the frozen SFT model, one pass over the pairs, stored with the run ---
     # The reference term of the DPO loss is a constant per pair (Rafailov et al., 2023, eq. 7), so
     # every later step and every resume reads it instead of running a second model.
     # Only the training pairs this run's steps visit are scored (all of them once the steps span an epoch).
-    reference_file = run.out / REFERENCE_LOGPS
-    if run.is_main and load_reference_logps(reference_file, run.identity) is None:
+    reference_file = training.out / REFERENCE_LOGPS
+    if training.is_main and load_reference_logps(reference_file, training.identity) is None:
         reference_model, _ = load_model(sft.model_dir)
         visited = batches.items_of_first_steps(steps)
         with autocast:
             scored = {"train": reference_pass(reference_model, train, visited, config.reference_batch_size)}
             if valid[0]:
                 scored["valid"] = pair_logprobs(reference_model, *valid, batch_size=config.reference_batch_size)
-        save_reference_logps(reference_file, run.identity, scored)
+        save_reference_logps(reference_file, training.identity, scored)
     barrier()
-    reference = load_reference_logps(reference_file, run.identity)
+    reference = load_reference_logps(reference_file, training.identity)
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
-    state = run.resume(model, optimizer, scheduler, batches, tokenizer)
+    state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
-        micro_batches = batches.next_step()
-        policy_logps, step_loss, step_tokens = [], torch.zeros(()), 0
-        for index, ids in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            prompts, chosen, rejected = ([sequences[i] for i in ids] for sequences in train)
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast:
-                # Both answers of every pair in one forward: [chosen of each pair..., rejected of each pair...]
-                policy = completion_logprobs(forward, prompts * 2, chosen + rejected, batch_size=2 * len(ids))
-                policy_chosen, policy_rejected = policy[: len(ids)], policy[len(ids) :]
-                loss, _, _ = dpo_loss(
-                    policy_chosen, policy_rejected, *(logps[ids] for logps in reference["train"]),
-                    config.beta, config.loss_variant, config.label_smoothing,
-                )
-            (loss / len(micro_batches)).backward()  # equal-size micro-batches: the mean over the step's pairs
-            step_loss += loss.detach() / len(micro_batches)
-            policy_logps.append((ids, policy_chosen.detach(), policy_rejected.detach()))
-            step_tokens += sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosen, rejected))
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or float("inf"))
-        lr = scheduler.get_last_lr()[0]  # the rate this step used
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        # Policy log-probs of both answers of each pair, the loss a mean over the step's pairs on all ranks.
+        step_loss, policy_logps, step_tokens = dpo_backward(
+            forward, ddp, autocast, train, batches.next_step(), reference["train"], config.beta, config.loss_variant,
+            config.label_smoothing,
+        )
+        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
 
         # The step's loss, reward accuracy and margin, and policy log-probs, averaged over all ranks.
         numbers = dpo_step_metrics(step_loss, policy_logps, reference["train"], config.beta)
         validation = None
-        if "valid" in reference and run.is_due(step, config.eval_every) and run.is_main:
+        if "valid" in reference and training.is_due(step, config.eval_every) and training.is_main:
             # Rank 0 only, on the unwrapped model: no collective inside, the other ranks simply wait at
             # the next gradient all-reduce.
             with autocast:
                 validation = dpo_validation(model, valid, reference["valid"], config.beta, config.loss_variant,
                                             config.label_smoothing, config.reference_batch_size)
-        tokens = round(all_reduce_mean(torch.tensor(float(step_tokens))).item() * run.info.world_size)
-        run.record(step, **numbers, lr=lr, grad_norm=grad_norm.item(), tokens=tokens, validation=validation)
-        run.checkpoint_if_due(step)
+        tokens = round(sum_over_ranks(step_tokens))
+        training.record(step, **numbers, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=validation)
+        training.checkpoint_if_due(step)
 
     # --- the model folder and the artifact ---
-    return run.finish(DPOCheckpoint, metrics={
+    return training.finish(DPOCheckpoint, metrics={
         "train_pairs": len(train[0]),
         "validation_pairs": len(valid[0]),
         "beta": config.beta,

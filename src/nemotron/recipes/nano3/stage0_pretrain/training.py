@@ -49,19 +49,15 @@ carry), a GPU count that expert parallelism does not divide, and everything nano
 
 from __future__ import annotations
 
-import contextlib
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from nemotron.artifact.fields import bookkeeping
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
-from nemotron.training.settings import TrainingSettings, parse_overrides
+from nemotron.training.settings import PretrainingSettings, parse_overrides
 
 # Optimizer steps and window length per scale. Tiny: ~0.35 s per MoE step on 2 idle cores.
 STEPS = {"tiny": 160, "small": 2000, "medium": 20000, "full": 100000}
@@ -74,57 +70,22 @@ DENSE_STEPS_PER_MOE_STEP = 1.0
 
 
 @dataclass
-class Config(TrainingSettings):
-    """Pretrain the nano3 MoE model (or its dense counterpart) on bin/idx shards."""
+class Config(PretrainingSettings):
+    """Pretrain the nano3 MoE model (or its dense counterpart) on bin/idx shards (nano2's stage-0 data curation)."""
 
-    dataset_path: Path | None = None
-    """A PretrainDataset folder (nano2's stage-0 data curation); default: read it from stdin."""
-    dataset_artifact: str | None = None
-    """Or a tracked reference such as `pretraindataset:latest`."""
     dense: bool = False
     """Train the dense counterpart (same active parameters) instead of the MoE model."""
     steps: int | None = None
     """Optimizer steps; default per scale (tiny 160; x DENSE_STEPS_PER_MOE_STEP with --dense)."""
-    seq_len: int | None = None
-    """Tokens per training window; default per scale (tiny 256)."""
-    micro_batch_size: int = 8
-    """Windows per forward pass (per process)."""
-    grad_accum_steps: int = 1
-    """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
-    lr: float = 3e-3
-    """Peak learning rate."""
-    min_lr_ratio: float = 0.1
-    """The decay ends at lr x this."""
-    warmup_steps: int | None = None
-    """Linear warmup; default 10% of the steps."""
-    weight_decay: float = 0.1
-    """AdamW weight decay, on weight matrices only."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 disables)."""
     aux_loss_coeff: float | None = None
     """Weight of the load-balancing loss; default nemotron.models.nano3.AUX_LOSS_COEFF (1e-4, Nano 3's)."""
     bias_update_rate: float | None = None
     """Expert-bias step per optimizer step (0 disables); default nano3.BIAS_UPDATE_RATE (1e-3, Megatron's)."""
-    model_overrides: tuple[str, ...] = ()
-    """NemotronHConfig fields as KEY=VALUE (JSON values), e.g. n_routed_experts=16."""
-    schedule: Literal["cosine", "wsd"] = "wsd"
-    """Warmup-stable-decay, as nano2's pretraining (and the Nano 3 run)."""
-    eval_batches: int = 8
-    """Global batches of validation windows per evaluation."""
-    eval_every: int = bookkeeping(40)
-    """Validation loss every this many steps (and at the last)."""
-    checkpoint_every: int = bookkeeping(40)
-    """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
     output_dir: Path = Path("runs/nano3/stage0_pretrain/training")
     """The run folder: checkpoints, metrics.jsonl, the final model/ and the artifact."""
-    seed: int = 0
-    """Seeds the weights and the order of the windows."""
 
 
 def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
-    import torch
-    import torch.nn.functional as F
-
     from nemotron.data_prep.indexed import IndexedReader
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models import nano3
@@ -132,9 +93,9 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.moe import ExpertBalance
-    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun
-    from nemotron.training.windows import pretraining_windows, windows_loss
+    from nemotron.training.windows import pretraining_backward, pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains the MoE model instead of this loop ---
     if config.hands_off and (config.dense or config.model_overrides):
@@ -151,66 +112,56 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
                         provider_overrides={"moe_aux_loss_coeff": aux_coeff, "moe_router_bias_update_rate": bias_rate})
 
     # --- compute init ---
-    run = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain-dense" if config.dense else "pretrain-moe")
+    name = "pretrain-dense" if config.dense else "pretrain-moe"
+    training = TrainingRun(config, inputs=[dataset], steps=steps, name=name)
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
 
     # --- model: the MoE model of the scale, or its dense counterpart; checked before it is built ---
     moe_config = nano3.build_config(config.scale, dataset.vocab_size, **parse_overrides(config.model_overrides))
     model_config = nano3.dense_counterpart(moe_config) if config.dense else moe_config
-    check_trainable_here(config.scale, nano3.count_parameters(model_config), run.info.world_size)
+    check_trainable_here(config.scale, nano3.count_parameters(model_config), training.info.world_size)
     seq_len = config.seq_len or SEQ_LEN[config.scale]
     largest = max(IndexedReader(prefix).max_token_id() for prefix in dataset.train_prefixes + dataset.valid_prefixes)
     check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
     model = nano3.build_model(model_config, seed=config.seed)
-    forward, ddp, autocast = run.prepare(model)
+    forward, ddp, autocast = training.prepare(model)
     # The routers' load balancing (none in the dense model): the auxiliary loss, the expert bias, the log.
     balance = ExpertBalance(model, moe_config.num_experts_per_tok, aux_coeff, bias_rate)
     active = nano3.count_parameters(model) if config.dense else nano3.active_parameters(model_config)
-    if run.is_main:
+    if training.is_main:
         print(f"nano3 {config.scale}{' dense counterpart' if config.dense else ''}: "
               f"{nano3.count_parameters(model) / 1e6:.2f}M parameters, {active / 1e6:.2f}M active per token, "
               f"{nano3.describe_pattern(''.join(_symbols(model_config)))}", file=sys.stderr)
 
     optimizer, scheduler = adamw_with_schedule(model, config, steps)
-    train, valid, valid_ids = pretraining_windows(dataset, seq_len, config.micro_batch_size, config.grad_accum_steps,
-                                                  config.eval_batches, config.seed, run.info.rank, run.info.world_size)
+    train, valid, valid_ids = pretraining_windows(
+        dataset, seq_len, config.micro_batch_size, config.grad_accum_steps, config.eval_batches, config.seed,
+        training.info.rank, training.info.world_size)
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
-    state = run.resume(model, optimizer, scheduler, train, tokenizer)
+    state = training.resume(model, optimizer, scheduler, train, tokenizer)
     for step in range(state.step + 1, steps + 1):
         windows = train.next_batch()
-        lr = scheduler.get_last_lr()[0]
-        step_loss = torch.zeros(())
-        for index, micro in enumerate(windows.split(config.micro_batch_size)):
-            last = index == config.grad_accum_steps - 1
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast, \
-                    balance.recording() as routings:
-                logits = forward(input_ids=micro[:, :-1].to(run.device), use_cache=False).logits
-                loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(run.device))
-                # + coeff x the load-balancing loss (Switch Transformer; Megatron's seq_aux_loss) of what
-                # the routers chose in this forward pass; its gradient reaches only the router weights.
-                total = (loss + balance.loss(routings, len(micro))) / config.grad_accum_steps
-            total.backward()
-            step_loss += loss.detach().cpu() / config.grad_accum_steps
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        # Cross-entropy per target of the global batch + coeff x the load-balancing loss of what the routers
+        # chose (Switch Transformer; Megatron's seq_aux_loss); its gradient reaches only the router weights.
+        step_loss = pretraining_backward(forward, ddp, autocast, windows, config.micro_batch_size, training.device,
+                                         balance)
+        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
         balance.after_step()  # expert bias += rate x sign(mean load - load), same loads on every rank
 
         validation = None
-        if run.is_due(step, config.eval_every):
+        if training.is_due(step, config.eval_every):
             validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
-        run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
-                   tokens=train.tokens_per_batch, validation=validation, **balance.log())
-        run.checkpoint_if_due(step)
+        training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm,
+                        tokens=train.tokens_per_batch, validation=validation, **balance.log())
+        training.checkpoint_if_due(step)
 
-    return run.finish(Nano3PretrainCheckpoint, dense=config.dense, parameters=nano3.count_parameters(model),
-                      active_parameters=active, metrics={
+    return training.finish(Nano3PretrainCheckpoint, dense=config.dense, parameters=nano3.count_parameters(model),
+                           active_parameters=active, metrics={
                           "parameters": nano3.count_parameters(model),
                           "active_parameters": active,
-                          "epochs": run.state.tokens / max(train.num_tokens, 1),
+                          "epochs": training.state.tokens / max(train.num_tokens, 1),
                       })
 
 

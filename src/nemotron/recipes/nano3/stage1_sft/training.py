@@ -39,7 +39,7 @@ from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTCheckpoint, Nano3SFTDataset
 from nemotron.training.artifacts import MegatronBridgeRun
-from nemotron.training.settings import TrainingSettings
+from nemotron.training.settings import FineTuningSettings
 
 # Optimizer steps per scale. Tiny: 400 steps of 8 packed rows, lr 3e-3. Measured (one thread, seed 0,
 # 200 held-out sums, reasoning on): exact match 0.125 after 300 steps, 0.54 after 400, 0.66 after 480
@@ -50,34 +50,16 @@ STEPS = {"tiny": 400, "small": 1000, "medium": 4000, "full": 20000}
 
 
 @dataclass
-class Config(TrainingSettings):
-    """Supervised fine-tuning of the nano3 MoE model on packed nano3 conversations."""
+class Config(FineTuningSettings):
+    """Supervised fine-tuning of the nano3 MoE model (a Nano3PretrainCheckpoint) on packed nano3 conversations
+    (a Nano3SFTDataset)."""
 
-    dataset_path: Path | None = None
-    """A Nano3SFTDataset folder; default: read it from stdin."""
-    dataset_artifact: str | None = None
-    """Or a tracked reference such as `nano3sftdataset:latest`."""
-    checkpoint_path: Path | None = None
-    """The MoE Nano3PretrainCheckpoint to start from; default: the dataset's recorded input. At scale: the
-    stage-0 training folder holding its MegatronBridgeRun (default: read it from stdin)."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference."""
     steps: int | None = None
     """Optimizer steps; default per scale (tiny 400)."""
-    micro_batch_size: int = 8
-    """Packed rows per forward pass (per process)."""
-    grad_accum_steps: int = 1
-    """Micro-batches per optimizer step."""
+    # Tiny models need a high rate: at 1e-3 the model learned no addition in 80 steps (STEPS has the rest).
     lr: float = 3e-3
-    """Peak learning rate (tiny models need a high one; 1e-3 learned no addition in 80 steps)."""
-    min_lr_ratio: float = 0.1
-    """The decay ends at lr x this."""
-    warmup_steps: int | None = None
-    """Linear warmup; default 10% of the steps."""
+    # No decay: the STEPS measurements above were all made without it (0.1 was not measured here).
     weight_decay: float = 0.0
-    """AdamW weight decay on weight matrices."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 disables)."""
     aux_loss_coeff: float = 1e-4
     """Weight of the load-balancing loss (Nano 3's)."""
     bias_update_rate: float = 1e-3
@@ -89,19 +71,14 @@ class Config(TrainingSettings):
 
 
 def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
-    import contextlib
-    import math
-
-    import torch
-
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
-    from nemotron.training.compute import all_reduce_mean
+    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import FAMILIES, hand_off
     from nemotron.training.moe import ExpertBalance
-    from nemotron.training.optim import adamw_with_schedule
-    from nemotron.training.packed_batches import collate_packed, masked_token_loss, validation_loss
+    from nemotron.training.optim import adamw_with_schedule, optimizer_step
+    from nemotron.training.packed_batches import collate_packed, sft_backward, validation_loss
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler
 
@@ -127,7 +104,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     if base.dense:
         raise NemotronError(f"{base.path} is the dense counterpart; stage 1 fine-tunes the MoE model (stage-0 "
                             "training/, not training_dense/)")
-    run = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
+    training = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     train_rows, valid_rows = read_packed(dataset.train_packed), read_packed(dataset.valid_packed)
     check_fits(ModelLimits.from_folder(base.model_dir), where=str(dataset.path),
@@ -135,47 +112,34 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
                longest=dataset.pack_size, fix="re-run stage-1 data curation from this checkpoint")
 
     # --- model, optimizer, data ---
-    model = run.load_model(base.model_dir)
-    forward, ddp, autocast = run.prepare(model)
+    model = training.load_model(base.model_dir)
+    forward, ddp, autocast = training.prepare(model)
     balance = ExpertBalance(model, model.config.num_experts_per_tok, config.aux_loss_coeff, config.bias_update_rate)
     optimizer, scheduler = adamw_with_schedule(model, config, steps)
     batches = EpochSampler(train_rows, config.micro_batch_size, config.grad_accum_steps, config.seed,
-                           run.info.rank, run.info.world_size)
+                           training.info.rank, training.info.world_size)
     pad_id = tokenizer.pad_token_id
 
     # --- training loop ---
-    state = run.resume(model, optimizer, scheduler, batches, tokenizer)
+    state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
-        micro_batches = [collate_packed(rows, pad_id).to(run.device) for rows in batches.next_step()]
-        # Per trained token over the whole step and all ranks (see nano2's stage-1 training).
-        trained = all_reduce_mean(torch.tensor(float(sum(b.num_loss_tokens for b in micro_batches)))).item()
-        step_loss = torch.zeros(())
-        for index, batch in enumerate(micro_batches):
-            last = index == len(micro_batches) - 1
-            with (ddp.no_sync() if ddp and not last else contextlib.nullcontext()), autocast, \
-                    balance.recording() as routings:
-                logits = forward(**batch.model_inputs(), use_cache=False).logits
-                loss = masked_token_loss(logits, batch) / max(trained, 1.0)
-                total = loss + balance.loss(routings, len(batch.input_ids)) / len(micro_batches)
-            total.backward()
-            step_loss += loss.detach().cpu()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        micro_batches = [collate_packed(rows, pad_id).to(training.device) for rows in batches.next_step()]
+        # Per trained token over the whole step and all ranks (as nano2's), + the experts' balancing loss.
+        step_loss = sft_backward(forward, ddp, autocast, micro_batches, balance)
+        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
         balance.after_step()
 
         validation = None
-        if run.is_due(step, config.eval_every):
-            validation = {"val_loss": validation_loss(model, valid_rows, pad_id, collate_packed, rank=run.info.rank,
-                                                      world_size=run.info.world_size, autocast=autocast)}
-        tokens = sum(b.num_tokens for b in micro_batches) * run.info.world_size
-        run.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(), tokens=tokens,
-                   validation=validation, **balance.log())
-        run.checkpoint_if_due(step)
+        if training.is_due(step, config.eval_every):
+            validation = {"val_loss": validation_loss(model, valid_rows, pad_id, collate_packed,
+                                                      rank=training.info.rank, world_size=training.info.world_size,
+                                                      autocast=autocast)}
+        tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
+        training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm, tokens=tokens,
+                        validation=validation, **balance.log())
+        training.checkpoint_if_due(step)
 
-    return run.finish(Nano3SFTCheckpoint, metrics={"train_reasoning": dataset.train_reasoning})
+    return training.finish(Nano3SFTCheckpoint, metrics={"train_reasoning": dataset.train_reasoning})
 
 
 if __name__ == "__main__":
