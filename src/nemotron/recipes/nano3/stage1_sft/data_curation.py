@@ -186,7 +186,7 @@ def _selection(config: Config) -> DiverseSelection | ArtifactRef | None:
         config.pretrain_dataset_path is None and DiverseSelection.type_name() in read_stdin_artifacts()
     if path is None and config.selected_artifact is None and not piped:
         return None
-    return DiverseSelection.load(path=path, reference=config.selected_artifact, scale=config.scale,
+    return DiverseSelection.load(path=path, tracked_artifact=config.selected_artifact, scale=config.scale,
                                  flag="--selected-path")
 
 
