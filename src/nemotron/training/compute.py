@@ -88,6 +88,19 @@ def setup_distributed() -> DistributedInfo:
     return DistributedInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
 
 
+def pick_device(name: str = "auto", local_rank: int = 0) -> torch.device:
+    """`--device auto|cpu|cuda` -> the device this process trains on: auto is the local rank's GPU when
+    CUDA is available, else the CPU; `cuda` without a usable GPU is refused, not silently run on the CPU."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise NemotronError(f"--device {name!r} is not one of auto, cpu, cuda")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise NemotronError("--device cuda, but torch sees no CUDA GPU here (torch.cuda.is_available() is False); "
+                            "pass --device cpu or auto, or install a CUDA build of torch")
+    return torch.device("cuda", local_rank)
+
+
 def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
     """The mean of `tensor` over all processes (a copy; the input is not modified).
 
