@@ -135,6 +135,17 @@ def tokens_per_second(step, data: list[torch.Tensor], device: torch.device) -> f
     return sum(windows[:, 1:].numel() for windows in data) / (time.perf_counter() - started)
 
 
+def profile_table(step, data: list[torch.Tensor], rows: int) -> str:
+    """torch.profiler's operators by self time over `data`'s steps: where a step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])]
+    with profile(activities=activities) as p:
+        for windows in data:
+            step(windows)
+    return p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=40)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -146,6 +157,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds, recipe and baseline in turn; medians")
     parser.add_argument("--matmul-size", type=int, default=None, help="n of the peak's n x n products")
     parser.add_argument("--dataset-path", type=Path, default=None, help="train on a PretrainDataset's windows")
+    parser.add_argument("--profile", type=int, default=0, metavar="ROWS", help="print the top ROWS operators of each")
     parser.add_argument("--quick", action="store_true", help="seconds: 2 x 64 tokens, 2 steps, 1 round, n=256")
     args = parser.parse_args()
     hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notes
@@ -178,6 +190,10 @@ def main() -> None:
         done = ", ".join(f"{name} {values[-1]:,.0f} tokens/s" for name, values in speed.items())
         print(f"round {round_ + 1}: {done}", file=sys.stderr)
 
+    if args.profile:
+        for name, step in steps.items():
+            print(f"--- {name}: torch.profiler, {args.steps} steps, top {args.profile} rows by self time ---")
+            print(profile_table(step, data[2: 2 + args.steps], args.profile))
     recipe, baseline = statistics.median(speed["recipe"]), statistics.median(speed["baseline"])
     achieved = recipe * flops.per_token
     load = (load_before + os.getloadavg()[0]) / 2
