@@ -32,6 +32,7 @@ from nemotron.training.grpo import group_advantages, policy_loss, sampled_logpro
 from nemotron.training.moe import ExpertBalance
 from nemotron.training.optim import build_optimizer
 from nemotron.training.packed_batches import collate_packed, sft_backward
+from nemotron.training.losses import CausalLMLoss
 from nemotron.training.windows import pretraining_backward
 
 VOCAB = 96
@@ -135,10 +136,11 @@ def main(out: Path) -> None:
     for name, (build, backward, moe) in STEPS.items():
         torch.manual_seed(0)
         model = build().train()
-        ddp = DistributedDataParallel(model) if info.is_distributed else None
+        module = CausalLMLoss(model) if backward is pretraining else model  # pretraining's forward is its loss
+        ddp = DistributedDataParallel(module) if info.is_distributed else None
         balance = balance_of(model) if moe else None
         optimizer = build_optimizer(model, lr=LR, weight_decay=0.1)
-        backward(model, ddp or model, ddp, info.rank, info.world_size, balance)
+        backward(model, ddp or module, ddp, info.rank, info.world_size, balance)
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

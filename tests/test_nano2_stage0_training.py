@@ -252,3 +252,53 @@ def test_full_scale_and_models_too_large_for_this_machine_are_refused_before_any
     with pytest.raises(NemotronError, match=r"GiB but this process may use .* Megatron-Bridge"):
         main(Config(dataset_path=dataset.path, output_dir=tmp_path / "out_huge", model_overrides=huge, **FEW))
     assert not (tmp_path / "out_full").exists() and not (tmp_path / "out_huge").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resume on another machine: other thread counts, other precision (a GPU run continued on a CPU)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cut_back_to_step_9(run: Path, into: Path) -> Path:
+    """A copy of a finished FEW run as if it had been stopped after its step-9 checkpoint."""
+    shutil.copytree(run, into)
+    shutil.rmtree(into / "checkpoints" / "step_000012")
+    shutil.rmtree(into / "model")
+    (into / "metadata.json").unlink()
+    return into
+
+
+def test_a_run_resumes_with_another_thread_count(dataset, trained, tmp_path):
+    threads = torch.get_num_threads()
+    resumed = main(Config(dataset_path=dataset.path, output_dir=_cut_back_to_step_9(trained.path, tmp_path / "r"),
+                          num_threads=1 if threads > 1 else 2, **FEW))
+    assert resumed.metrics["resumed_from_step"] == 9 and resumed.metrics["num_threads"] != threads
+    records, reference = read_metrics(resumed.metrics_path), read_metrics(trained.metrics_path)
+    assert [r["step"] for r in records] == list(range(1, FEW["steps"] + 1))
+    # Another thread count may split a reduction differently: the same numbers up to float rounding.
+    for a, b in zip(reference, records, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["lr"] == a["lr"]
+    assert resumed.validation_loss == pytest.approx(trained.validation_loss, rel=1e-5)
+
+
+def test_a_bf16_autocast_run_resumes_in_fp32_through_the_same_code_path(dataset, trained, tmp_path):
+    # What a run saved on a GPU (auto precision: bf16 autocast) and continued on a CPU (fp32) does.
+    bf16 = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "bf16", device="cpu", precision="bf16", **FEW))
+    bf16_records = read_metrics(bf16.metrics_path)
+    assert bf16_records[0]["loss"] != read_metrics(trained.metrics_path)[0]["loss"]  # autocast really ran
+    resumed = main(Config(dataset_path=dataset.path, output_dir=_cut_back_to_step_9(bf16.path, tmp_path / "fp32"),
+                          device="cpu", precision="fp32", **FEW))
+    assert resumed.metrics["resumed_from_step"] == 9 and resumed.config["precision"] == "fp32"
+    records = read_metrics(resumed.metrics_path)
+    assert records[:9] == bf16_records[:9]  # the bf16 part of the log is kept as it was
+    for a, b in zip(bf16_records[9:], records[9:], strict=True):  # steps 10-12: fp32 now, bf16-close
+        assert b["step"] == a["step"] and b["loss"] == pytest.approx(a["loss"], rel=2e-2)
+    assert resumed.validation_loss == pytest.approx(bf16.validation_loss, rel=2e-2)
+
+
+def test_device_cuda_without_a_gpu_is_refused_before_any_work(dataset, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(NemotronError, match="--device cuda"):
+        main(Config(dataset_path=dataset.path, output_dir=tmp_path / "cuda", device="cuda", **FEW))
+    assert not (tmp_path / "cuda").exists()

@@ -9,6 +9,8 @@
   torch, no transformers: data curation uses it).
 - `quiet_cuda_kernel_notes()`: on a machine without CUDA, drop transformers' notes that the Mamba CUDA
   kernels (mamba_ssm, causal_conv1d) are not installed: they cannot run on a CPU anyway.
+- `mamba_kernels_note(device_type)`: the log line naming which Mamba-2 implementation runs (CUDA kernels,
+  or the PyTorch reference scan and why).
 - `check_fits(limits, largest_id=..., longest=..., where=..., fix=...)`: refuse token ids beyond the
   embedding table (they crash mid-step on a CPU and read garbage on a GPU) and sequences longer than
   the context, before any work, naming the data and the fix.
@@ -76,6 +78,21 @@ def quiet_cuda_kernel_notes() -> None:
     logger = logging.getLogger("transformers.integrations.hub_kernels")
     if not torch.cuda.is_available() and not any(isinstance(f, _DropKernelFallbackNotes) for f in logger.filters):
         logger.addFilter(_DropKernelFallbackNotes())
+
+
+def mamba_kernels_note(device_type: str) -> str:
+    """One log line naming the Mamba-2 implementation a model on `device_type` runs: the mamba_ssm and
+    causal_conv1d CUDA kernels when both are installed and the model is on a GPU, else transformers'
+    PyTorch reference (the chunked scan of `mamba2_chunk_scan`: correct, slower, more memory)."""
+    import importlib.util
+
+    missing = [name for name in ("mamba_ssm", "causal_conv1d") if importlib.util.find_spec(name) is None]
+    if device_type == "cuda" and not missing:
+        return "Mamba-2: the mamba_ssm / causal_conv1d CUDA kernels"
+    if device_type == "cuda":
+        return (f"Mamba-2: {' and '.join(missing)} not installed, so the PyTorch reference scan runs on the GPU "
+                "(slower; pip install mamba-ssm causal-conv1d for the CUDA kernels)")
+    return "Mamba-2: the PyTorch reference scan (the CUDA kernels need a GPU)"
 
 
 def load_model(model_dir: Path | str) -> tuple[Any, Any]:

@@ -1,7 +1,9 @@
 """Compute policy and setup for a training or evaluation step: processes, threads, seeds, memory.
 
 This is the one module that decides how a step uses the machine:
-- `setup_distributed()`: one process, or one of many under torchrun (DDP);
+- `setup_distributed(device)`: one process, or one of many under torchrun (DDP), on `pick_device(device)`;
+- `autocast_dtype(precision, device)`, `to_device(batch, device)`: bf16 autocast on a GPU by default,
+  batches copied through pinned memory there;
 - `allowed_cores()`, `torch_threads(num_threads)`: how many intra-op threads a process uses;
 - `evaluation_threads(...)`: the same rule for a block of evaluation code;
 - `seed_everything(seed)`: Python, NumPy and torch RNGs, and deterministic CPU float math;
@@ -65,29 +67,60 @@ class DistributedInfo:
         return self.world_size > 1
 
 
-def setup_distributed() -> DistributedInfo:
-    """Join the torchrun process group if launched by torchrun; otherwise describe a single process."""
+def setup_distributed(device_name: str = "auto") -> DistributedInfo:
+    """Join the torchrun process group if launched by torchrun; otherwise describe a single process.
+    `device_name` is `--device` (auto, cpu, cuda; `pick_device`)."""
     rank, world_size, local_rank = (_env_int(name) for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
     if world_size is None or world_size == 1:
-        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-        return DistributedInfo(rank=0, world_size=1, local_rank=0, device=device)
+        return DistributedInfo(rank=0, world_size=1, local_rank=0, device=pick_device(device_name))
     if rank is None or local_rank is None:
         raise NemotronError(
             f"WORLD_SIZE={world_size} is set but RANK or LOCAL_RANK is missing from the environment; "
             "launch multi-process training with torchrun, which sets all three"
         )
-    if torch.cuda.is_available():
+    device = pick_device(device_name, local_rank)
+    if device.type == "cuda":
         # One GPU per process: the local rank picks which. NCCL is the GPU-to-GPU backend.
-        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
     else:
-        device = torch.device("cpu")
         backend = "gloo"  # Gloo is PyTorch's CPU backend for collectives
     if not dist.is_initialized():
         # env:// reads MASTER_ADDR / MASTER_PORT, which torchrun also sets.
         dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
     return DistributedInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def pick_device(name: str = "auto", local_rank: int = 0) -> torch.device:
+    """`--device auto|cpu|cuda` -> the device this process trains on: auto is the local rank's GPU when
+    CUDA is available, else the CPU; `cuda` without a usable GPU is refused, not silently run on the CPU."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise NemotronError(f"--device {name!r} is not one of auto, cpu, cuda")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise NemotronError("--device cuda, but torch sees no CUDA GPU here (torch.cuda.is_available() is False); "
+                            "pass --device cpu or auto, or install a CUDA build of torch")
+    return torch.device("cuda", local_rank)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """`--precision` on `device` -> the autocast dtype, or None for plain fp32: auto is bf16 on a GPU
+    (its tensor cores' fast dtype; the weights and AdamW state stay fp32) and fp32 on a CPU, where bf16
+    matmuls are no faster on most cores and round more."""
+    if precision not in ("auto", "fp32", "bf16"):
+        raise NemotronError(f"--precision {precision!r} is not one of auto, fp32, bf16")
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A batch on the training device: on a GPU through pinned (page-locked) memory, so the copy runs
+    without an extra staging copy and does not block the host (`non_blocking`); on a CPU, as it is."""
+    if device.type != "cuda":
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
 
 
 def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:

@@ -49,14 +49,16 @@ from nemotron import atomic
 from nemotron.artifact import Artifact, mark_unfinished
 from nemotron.artifact.fields import part_of_the_run
 from nemotron.errors import NemotronError
-from nemotron.models.loading import quiet_cuda_kernel_notes
+from nemotron.models.loading import mamba_kernels_note, quiet_cuda_kernel_notes
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import (
+    autocast_dtype,
     barrier,
     check_trainable_here,
     cleanup,
     seed_everything,
     setup_distributed,
+    to_device,
     torch_threads,
 )
 from nemotron.training.metrics import MetricsLog, TrainingProgress
@@ -91,7 +93,7 @@ class TrainingRun:
         if steps < 1:
             raise NemotronError(f"--steps {steps} must be at least 1")
         # --- compute: processes, threads, seeds ---
-        self.info = setup_distributed()
+        self.info = setup_distributed(config.device)
         seed_everything(config.seed)
         quiet_cuda_kernel_notes()  # on a CPU the Mamba CUDA kernels cannot run: no need to say so
         torch.set_num_threads(torch_threads(config.num_threads))
@@ -127,16 +129,24 @@ class TrainingRun:
     def prepare(self, model: nn.Module) -> tuple[nn.Module, DistributedDataParallel | None, Any]:
         """Put `model` on this process's device in training mode. Returns (what to call for the forward
         pass: the model, its DDP wrapper under torchrun, compiled with `--compile`; the DDP wrapper or
-        None, for `no_sync`; the autocast context of `--precision`: bf16, or a no-op for fp32)."""
+        None, for `no_sync`; the autocast context of `--precision` on this device: bf16, or a no-op for fp32)."""
         model.to(self.device).train()
+        dtype = autocast_dtype(self.config.precision, self.device)
+        if self.is_main:
+            print(f"{self.name}: on {self.device}, {dtype or torch.float32} forward; "
+                  f"{mamba_kernels_note(self.device.type)}", file=sys.stderr)
         ddp = DistributedDataParallel(model) if self.info.is_distributed else None
         forward = ddp or model
         if self.config.compile:
             # dynamic=None: compile for the first shape seen, then once more with dynamic shapes if
             # lengths vary (packed SFT rows, DPO pairs), instead of recompiling for every length.
             forward = torch.compile(forward)
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16")
+        autocast = torch.autocast(self.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
         return forward, ddp, autocast
+
+    def to_device(self, batch: torch.Tensor) -> torch.Tensor:
+        """A batch on this process's device (through pinned memory on a GPU: `compute.to_device`)."""
+        return to_device(batch, self.device)
 
     def resume(self, model: nn.Module, optimizer, scheduler, data, tokenizer) -> LoopState:
         """Continue from the newest checkpoint of the output folder, if any; returns the loop state.

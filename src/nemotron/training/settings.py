@@ -20,8 +20,13 @@ from nemotron.errors import NemotronError
 
 @dataclass
 class TrainingSettings:
-    precision: Literal["fp32", "bf16"] = "fp32"
-    """bf16 autocast for forward passes (weights and optimizer stay fp32)."""
+    # device and precision are bookkeeping: the weights and AdamW state are fp32 on every device and
+    # autocast only rounds the forward pass, so a run saved on a GPU in bf16 continues on a CPU in fp32.
+    device: Literal["auto", "cpu", "cuda"] = bookkeeping("auto")
+    """Where to train: auto is the GPU when CUDA is available (one per process under torchrun), else the CPU."""
+    precision: Literal["auto", "fp32", "bf16"] = bookkeeping("auto")
+    """bf16 autocast for forward passes (weights and optimizer stay fp32); auto: bf16 on a GPU, fp32 on a CPU.
+    A checkpoint resumes on another device or precision (both only change rounding and speed)."""
     schedule: Literal["cosine", "wsd"] = "cosine"
     """Learning-rate schedule after the warmup: cosine decay, or warmup-stable-decay (constant, then a
     linear decay over the last --decay-fraction of the steps; nemotron.training.optim)."""

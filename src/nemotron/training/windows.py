@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.errors import NemotronError
-from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
+from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, to_device, world_size
 
 
 class TokenWindows:
@@ -187,7 +187,8 @@ def pretraining_backward(
     forward, ddp, autocast, windows: torch.Tensor, micro_batch_size: int, device: torch.device, balance=None,
 ) -> torch.Tensor:
     """Forward and backward over this rank's `windows` of one optimizer step, `micro_batch_size` at a time;
-    returns this rank's share of the step's next-token loss (detached: `all_reduce_mean` of it over the
+    `forward(input ids, target ids)` is the mean next-token loss (a `losses.CausalLMLoss`, or its DDP
+    wrapper); returns this rank's share of the step's next-token loss (detached: `all_reduce_mean` of it over the
     ranks is the mean per target of the global batch).
 
     Each micro-batch's mean cross-entropy is weighted by its targets x world size / the step's targets
@@ -203,9 +204,8 @@ def pretraining_backward(
     for index, micro in enumerate(micro_batches):
         recording = balance.recording() if balance is not None else contextlib.nullcontext([])
         with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast, recording as routings:
-            logits = forward(input_ids=micro[:, :-1].to(device), use_cache=False).logits
-            loss = F.cross_entropy(logits.float().flatten(0, 1), micro[:, 1:].flatten().to(device))
-            loss = loss * (micro[:, 1:].numel() / targets_per_rank)
+            micro = to_device(micro, device)
+            loss = forward(micro[:, :-1], micro[:, 1:]) * (micro[:, 1:].numel() / targets_per_rank)
             aux = balance.loss(routings, len(micro)) / len(micro_batches) if balance is not None else 0.0
             total = loss + aux
         total.backward()

@@ -17,7 +17,10 @@ Supports:
   (`--model-overrides hidden_size=192 hybrid_override_pattern=M-M*-`);
 - windows of `seq_len + 1` tokens read from the bin/idx shards in a seeded order (nemotron.training.windows);
 - AdamW (betas 0.9/0.95, decay on matrices only), linear warmup then warmup-stable-decay (cosine with
-  `--schedule cosine`), gradient clipping, gradient accumulation; `--precision bf16` autocast;
+  `--schedule cosine`), gradient clipping, gradient accumulation; fused AdamW; the loss from the last hidden
+  states a block of tokens at a time (nemotron.training.losses), never the full logits;
+- `--device auto|cpu|cuda` and `--precision auto` (bf16 autocast on a GPU, fp32 on a CPU; `bf16` or
+  `fp32` to choose); a checkpoint resumes on another device, precision or thread count;
 - validation loss on the valid shards every `--eval-every` steps and at the end;
 - resume after a kill: re-run the same command with the same output folder; it continues from the last
   checkpoint (weights, optimizer, scheduler, RNG, data position) and ends with the same weights and
@@ -74,6 +77,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.nano2 import build_config, build_model, count_parameters, describe_pattern
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.losses import CausalLMLoss
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun
@@ -97,7 +101,9 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
     model = build_model(model_config, seed=config.seed)
-    forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun
+    # The loss takes the last hidden states and applies the output head a block of tokens at a time
+    # (nemotron.training.losses): the plain loss over full logits at ~0.8x the speed on a CPU.
+    forward, ddp, autocast = training.prepare(CausalLMLoss(model))  # on the device, training mode; DDP under torchrun
     if training.is_main:
         print(f"nano2 {config.scale}: {count_parameters(model) / 1e6:.2f}M parameters, "
               f"{describe_pattern(model_config.hybrid_override_pattern)}", file=sys.stderr)

@@ -91,6 +91,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.models import nano3
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.losses import CausalLMLoss
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule, optimizer_step
@@ -125,7 +126,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
     model = nano3.build_model(model_config, seed=config.seed)
-    forward, ddp, autocast = training.prepare(model)
+    forward, ddp, autocast = training.prepare(CausalLMLoss(model))  # the blocked loss, as nano2's pretraining
     # The routers' load balancing (none in the dense model): the auxiliary loss, the expert bias, the log.
     balance = ExpertBalance(model, moe_config.num_experts_per_tok, aux_coeff, bias_rate)
     active = nano3.count_parameters(model) if config.dense else nano3.active_parameters(model_config)

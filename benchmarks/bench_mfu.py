@@ -1,0 +1,223 @@
+"""How close the recipe's training step comes to this machine's limit: model FLOPs utilisation (MFU).
+
+On whatever device it runs (CPU threads, or one CUDA GPU):
+
+1. the peak: the best of several large square matmuls in the training dtype (fp32 on a CPU with the
+   step's thread count, bf16 on a GPU), 2 n^3 FLOPs each. Measured here, never a table value: it is
+   the number every utilisation below is divided by.
+2. the recipe's train step (nano2 stage 0 at `--scale`, default tiny on a CPU, small on a GPU): the
+   model of `nemotron.models.nano2`, the loss of `nemotron.training.losses.CausalLMLoss` (the output
+   head and cross-entropy a block of tokens at a time), the step's AdamW and schedule
+   (`nemotron.training.optim.adamw_with_schedule`, stage 0's defaults), gradient clipping; bf16
+   autocast on a GPU.
+3. the baseline, timed in the same run, round by round in turn with the recipe: the model as
+   transformers builds it (`NemotronHForCausalLM(config)`), torch's default `torch.optim.AdamW`, the
+   plain loss over full logits (`F.cross_entropy(model(ids).logits, targets)`), in fp32.
+
+FLOPs per token are counted by `nemotron.models.flops.training_flops` (6 x matmul weights, embeddings
+out, the output head in; attention on full-attention layers; the Mamba-2 scan's own term; its
+docstring has the formulas). Printed: tokens/s of both, the achieved FLOP/s, MFU = achieved / peak,
+the speed-up = recipe tokens/s / baseline tokens/s, the load average while it ran (other work on a
+shared machine slows both sides alike, and the speed-up is a ratio within one run), and one JSON line
+with every figure (keys `mfu` and `speedup` among them) last.
+
+    python benchmarks/bench_mfu.py                     # tiny on the CPU, 2 threads on a 2-core machine
+    python benchmarks/bench_mfu.py --device cuda       # small on one GPU, bf16 autocast
+    python benchmarks/bench_mfu.py --quick             # seconds: tiny shapes, the same code path
+
+Batches are seeded random token ids over the vocabulary (`--dataset-path` reads a PretrainDataset's
+train windows instead): a step costs the same whatever the tokens are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+import torch.nn.functional as F
+from transformers import NemotronHForCausalLM
+from transformers.utils import logging as hf_logging
+
+from nemotron.models.flops import training_flops
+from nemotron.models.nano2 import build_config, build_model
+from nemotron.recipes.nano2.stage0_pretrain import training
+from nemotron.training.compute import pick_device, seed_everything, torch_threads
+from nemotron.training.losses import CausalLMLoss
+from nemotron.training.optim import adamw_with_schedule
+
+VOCAB = {"tiny": 4096, "small": 8192, "medium": 32768}
+MATMUL_SIZE = {"cpu": 2048, "cuda": 8192}
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
+    """The best FLOP/s of `repeats` products of two (size x size) matrices (after one warm-up)."""
+    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+    best = float("inf")
+    for _ in range(repeats + 1):
+        synchronize(device)
+        started = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def recipe_step(config, device: torch.device, steps: int):
+    """One training step as stage 0 takes it (see the module docstring, 2.)."""
+    settings = training.Config()
+    model = build_model(config, seed=0).to(device).train()
+    loss_of = CausalLMLoss(model)
+    optimizer, scheduler = adamw_with_schedule(model, settings, steps)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+    def step(windows: torch.Tensor) -> float:
+        with autocast:
+            loss = loss_of(windows[:, :-1], windows[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def baseline_step(config, device: torch.device):
+    """The plain step (module docstring, 3.)."""
+    torch.manual_seed(0)
+    model = NemotronHForCausalLM(config).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step(windows: torch.Tensor) -> float:
+        logits = model(input_ids=windows[:, :-1], use_cache=False).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def batches(args, vocab: int, count: int, device: torch.device) -> list[torch.Tensor]:
+    if args.dataset_path is not None:
+        from nemotron.training.windows import TokenWindows
+
+        dataset = training.PretrainDataset.from_path(args.dataset_path)
+        windows = TokenWindows(dataset.train_prefixes, args.seq_len, args.batch, seed=0)
+        found = [windows.next_batch() for _ in range(count)]
+    else:
+        generator = torch.Generator().manual_seed(0)
+        found = [torch.randint(0, vocab, (args.batch, args.seq_len + 1), generator=generator) for _ in range(count)]
+    return [batch.to(device) for batch in found]
+
+
+def tokens_per_second(step, data: list[torch.Tensor], device: torch.device) -> float:
+    synchronize(device)
+    started = time.perf_counter()
+    for windows in data:
+        step(windows)
+    synchronize(device)
+    return sum(windows[:, 1:].numel() for windows in data) / (time.perf_counter() - started)
+
+
+def profile_table(step, data: list[torch.Tensor], rows: int) -> str:
+    """torch.profiler's operators by self time over `data`'s steps: where a step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])]
+    with profile(activities=activities) as p:
+        for windows in data:
+            step(windows)
+    return p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=40)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--scale", default=None, choices=sorted(VOCAB), help="default: tiny on a CPU, small on a GPU")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the step's policy)")
+    parser.add_argument("--batch", type=int, default=8, help="windows per step (stage 0's micro-batch)")
+    parser.add_argument("--seq-len", type=int, default=None, help="default: stage 0's at the scale")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per round and side")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds, recipe and baseline in turn; medians")
+    parser.add_argument("--matmul-size", type=int, default=None, help="n of the peak's n x n products")
+    parser.add_argument("--dataset-path", type=Path, default=None, help="train on a PretrainDataset's windows")
+    parser.add_argument("--profile", type=int, default=0, metavar="ROWS", help="print the top ROWS operators of each")
+    parser.add_argument("--quick", action="store_true", help="seconds: 2 x 64 tokens, 2 steps, 1 round, n=256")
+    args = parser.parse_args()
+    hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notes
+
+    device = pick_device(args.device)
+    scale = args.scale or ("tiny" if device.type == "cpu" else "small")
+    args.seq_len = args.seq_len or training.SEQ_LEN[scale]
+    if args.quick:
+        args.batch, args.seq_len, args.steps, args.rounds, args.matmul_size = 2, 64, 2, 1, 256
+    seed_everything(0)
+    if device.type == "cpu":
+        torch.set_num_threads(torch_threads(args.threads))
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    load_before = os.getloadavg()[0]
+
+    peak = matmul_peak(device, dtype, args.matmul_size or MATMUL_SIZE[device.type], repeats=5)
+    config = build_config(scale, VOCAB[scale])
+    flops = training_flops(config, args.seq_len)
+    total = 2 + args.rounds * args.steps
+    steps = {"recipe": recipe_step(config, device, total), "baseline": baseline_step(config, device)}
+    data = batches(args, VOCAB[scale], total, device)
+    speed: dict[str, list[float]] = {name: [] for name in steps}
+    for step in steps.values():
+        for windows in data[:2]:  # warm-up: first-call allocations, lazy initialisation
+            step(windows)
+    for round_ in range(args.rounds):
+        chunk = data[2 + round_ * args.steps: 2 + (round_ + 1) * args.steps]
+        for name, step in steps.items():
+            speed[name].append(tokens_per_second(step, chunk, device))
+        done = ", ".join(f"{name} {values[-1]:,.0f} tokens/s" for name, values in speed.items())
+        print(f"round {round_ + 1}: {done}", file=sys.stderr)
+
+    if args.profile:
+        for name, step in steps.items():
+            print(f"--- {name}: torch.profiler, {args.steps} steps, top {args.profile} rows by self time ---")
+            print(profile_table(step, data[2: 2 + args.steps], args.profile))
+    recipe, baseline = statistics.median(speed["recipe"]), statistics.median(speed["baseline"])
+    achieved = recipe * flops.per_token
+    load = (load_before + os.getloadavg()[0]) / 2
+    where = f"{torch.get_num_threads()} threads" if device.type == "cpu" else torch.cuda.get_device_name(device)
+    print(f"device {device.type} ({where}), nano2 {scale}, batch {args.batch} x {args.seq_len}, "
+          f"load average ~{load:.1f} on {os.cpu_count()} cores")
+    print(f"peak    {peak / 1e9:10,.1f} GFLOP/s  ({str(dtype).removeprefix('torch.')} matmul, measured here)")
+    print(f"FLOPs   {flops.per_token / 1e6:10,.2f} M per token  (6 x {flops.matmul_weights / 1e6:.3f} M matmul "
+          f"weights {flops.matmul / 1e6:.2f} M + attention {flops.attention / 1e6:.2f} M "
+          f"+ Mamba scan {flops.mamba_scan / 1e6:.2f} M)")
+    print(f"recipe  {recipe:10,.0f} tokens/s  {achieved / 1e9:,.1f} GFLOP/s  MFU {achieved / peak:.1%}")
+    print(f"baseline{baseline:10,.0f} tokens/s  {baseline * flops.per_token / 1e9:,.1f} GFLOP/s  "
+          f"MFU {baseline * flops.per_token / peak:.1%}")
+    print(f"speed-up {recipe / baseline:.2f}x  (recipe step over the baseline, medians of {args.rounds} rounds)")
+    print(json.dumps({
+        "device": device.type, "device_name": where, "scale": scale, "batch": args.batch, "seq_len": args.seq_len,
+        "threads": torch.get_num_threads(), "load_average": round(load, 2), "peak_flops": peak,
+        "flops_per_token": flops.per_token, "matmul_weights": flops.matmul_weights,
+        "attention_flops_per_token": flops.attention, "mamba_scan_flops_per_token": flops.mamba_scan,
+        "recipe_tokens_per_second": recipe, "baseline_tokens_per_second": baseline, "achieved_flops": achieved,
+        "mfu": achieved / peak, "baseline_mfu": baseline * flops.per_token / peak, "speedup": recipe / baseline,
+        "rounds": args.rounds, "steps_per_round": args.steps, "quick": args.quick,
+    }))
+
+
+if __name__ == "__main__":
+    main()
