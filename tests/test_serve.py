@@ -188,6 +188,27 @@ def test_chat_keeps_the_conversation_and_runs_its_commands(runs, capsys, monkeyp
     assert "\x1b[" not in out + err  # piped: no colour codes
 
 
+def test_each_turn_sees_the_conversation_so_far_until_reset(runs, capsys):
+    from nemotron.chat.__main__ import Chat, Config, Terminal
+    from nemotron.data_prep.chat_template import tokenize_prompt
+    from nemotron.serve.engine import Engine
+    from nemotron.serve.models import load_served
+
+    served = load_served(runs / "nano2" / "stage2_alignment" / "training")
+    chat = Chat(served, Engine(served.model, served.tokenizer, stop_token_ids=served.stop_token_ids),
+                Config(max_tokens=6, system="Be brief."), Terminal())
+    first = chat.ask("hello")
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"},
+               {"role": "assistant", "content": first}]
+    assert chat.messages("and you?") == history + [{"role": "user", "content": "and you?"}]
+    second = chat.ask("and you?")  # answered from the whole conversation, in the checkpoint's format
+    ids = tokenize_prompt(served.tokenizer, history + [{"role": "user", "content": "and you?"}])
+    assert second == reference_greedy(served, ids, 6)
+    chat.command("/reset")
+    assert chat.messages("hi") == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    capsys.readouterr()
+
+
 def test_a_pretrain_checkpoint_is_plain_completion_and_the_chat_says_so(runs, capsys):
     from nemotron.chat.__main__ import Config, main
     from nemotron.serve.models import load_served
@@ -276,6 +297,21 @@ def test_stop_strings_and_max_tokens_end_the_answer_with_an_honest_finish_reason
     streamed, chunks = stream_chat(client, model=DPO, messages=HELLO, max_tokens=16, temperature=0, stop=stop)
     assert streamed["content"] == cut.choices[0].message.content
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+def test_eight_concurrent_streaming_clients_each_get_the_whole_answer_in_shared_batches(server, client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    whole = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, temperature=0)
+    before = server.health()["engines"][DPO]
+    with ThreadPoolExecutor(8) as pool:  # the same prompt: no padding, so batching cannot change a greedy token
+        streams = list(pool.map(lambda _: stream_chat(client, model=DPO, messages=HELLO, max_tokens=12, temperature=0,
+                                                      stream_options={"include_usage": True}), range(8)))
+    for text, chunks in streams:
+        assert text["content"] == whole.choices[0].message.content
+        assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    after = server.health()["engines"][DPO]
+    assert after["requests"] - before["requests"] == 8 and after["batches"] - before["batches"] < 8
 
 
 @pytest.mark.parametrize("body, message", [

@@ -136,8 +136,10 @@ class Chat:
         if result.finish_reason == "length":
             self.terminal.note(f"[cut at {request.max_tokens} tokens]")
         answer = "".join(shown["answer"])
-        if chat:
-            self.turns += [{"role": "user", "content": text}, {"role": "assistant", "content": answer or " "}]
+        if chat and answer.strip():
+            self.turns += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+        elif chat:  # nothing to answer with (thoughts cut by max_tokens): an empty turn would not render
+            self.terminal.note("[no answer, so this exchange is not kept in the conversation]")
         return answer
 
     def command(self, line: str) -> bool:
