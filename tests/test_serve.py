@@ -227,7 +227,8 @@ def test_report_cards_end_with_the_chat_command_of_the_final_model(runs, monkeyp
     from nemotron.recipes.report_card import talk_section
 
     monkeypatch.chdir(runs.parent)
-    artifacts = [read_metadata(runs / "nano2" / stage / "training") for stage in ("stage0_pretrain", "stage2_alignment")]
+    stages = ("stage0_pretrain", "stage2_alignment")
+    artifacts = [read_metadata(runs / "nano2" / stage / "training") for stage in stages]
     lines = talk_section(artifacts)
     assert f"python -m nemotron.chat {runs.name}/nano2/stage2_alignment/training" in lines
     assert talk_section(artifacts[:1]) == []  # a base model alone: no chat to offer
@@ -370,7 +371,8 @@ def headless_chromium():
     import os
     import shutil
 
-    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    names = ("chromium", "chromium-browser", "google-chrome")
+    browser = next((shutil.which(n) for n in names if shutil.which(n)), None)
     driver_path = shutil.which("chromedriver")
     try:
         from selenium import webdriver
@@ -388,7 +390,8 @@ def headless_chromium():
 
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1100,760"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1100,760"):
         options.add_argument(flag)
     # an explicit driver path: Selenium Manager would otherwise try to download one
     return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)

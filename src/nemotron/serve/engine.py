@@ -101,8 +101,8 @@ class Engine:
 
         self.model, self.tokenizer, self.max_batch_size = model, tokenizer, max_batch_size
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])  # logits width (may exceed len(tokenizer))
-        self.eos_ids = _eos_ids(model, tokenizer) + [int(t) for t in stop_token_ids if int(t) not in
-                                                      _eos_ids(model, tokenizer)]
+        eos = _eos_ids(model, tokenizer)
+        self.eos_ids = eos + [int(t) for t in stop_token_ids if int(t) not in eos]
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
         self._xgr = xgrammar
         self._compiler = xgrammar.GrammarCompiler(
