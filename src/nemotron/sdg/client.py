@@ -31,13 +31,25 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import tyro
 from pydantic import BaseModel, ValidationError
 
 from nemotron.errors import NemotronError
 
 RETRY_TEMPERATURE = 0.7  # an invalid structured answer is asked again with sampling, not greedily
+
+
+def json_object(text: Annotated[str, tyro.conf.arg(name="")]) -> dict[str, Any]:
+    """`--endpoint.extra-body '{"chat_template_kwargs": {"enable_thinking": false}}'` -> the dict."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise NemotronError(f"--extra-body: not JSON ({error.msg} at character {error.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise NemotronError(f"--extra-body: expected a JSON object of request fields, got {text!r}")
+    return value
 
 
 @dataclass
@@ -66,7 +78,7 @@ class Endpoint:
     """Requests in flight at once (the server batches them)."""
     invalid_retries: int = 2
     """Extra attempts for a structured answer that does not validate against its schema."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: Annotated[dict[str, Any], tyro.conf.arg(constructor=json_object)] = field(default_factory=dict)
     """Extra fields sent with every request, e.g. `{"chat_template_kwargs": {"enable_thinking": false}}` so a
     reasoning model (nano3, Nemotron 3 served by vLLM) answers at once in `content`."""
 
