@@ -2,6 +2,7 @@
 # make demo   runs the nano2 recipe end to end at tiny scale (CPU, offline, minutes)
 # make test   runs the whole test suite (CPU, offline): what CI runs
 # make test-fast  the same without the tests marked slow (subprocesses, torchrun, whole recipes)
+# make browser    installs Debian's chromium + chromium-driver (apt) for the chat-page test (CI runs it)
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -11,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo test test-fast browser clean
 
 setup: $(STAMP)
 
@@ -35,6 +36,17 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# The chat page's test drives a real headless Chromium through Selenium (pinned in the test extra);
+# without one it skips and says so. No browser is downloaded at test time: this is the system's package.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+		echo "chromium and chromedriver are installed"; \
+	else \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,10 +1,10 @@
 """Does batching concurrent requests pay? Requests/s and tokens/s of the local SDG server, 8 at once vs one by one.
 
-Starts `python -m nemotron.sdg.serve` (SmolLM2-135M-Instruct, CPU) on a free loopback port, then sends
+Starts `python -m nemotron.serve` (SmolLM2-135M-Instruct, CPU) on a free loopback port, then sends
 the same chat request `--requests` times, first sequentially, then `--concurrency` at a time, through
 the SDG client (`nemotron.sdg.client.measure_throughput`), and prints both and their ratio. Token
 counts come from the server's `usage`. The server decodes concurrent requests as one batch
-(`nemotron.sdg.engine`): a decode step reads every weight once, so B rows cost little more than one.
+(`nemotron.serve.engine`): a decode step reads every weight once, so B rows cost little more than one.
 
     python benchmarks/bench_sdg_server.py                      # 8 requests, 8 concurrent, 32 tokens each
     python benchmarks/bench_sdg_server.py --max-tokens 64 --num-threads 2
@@ -36,7 +36,7 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "nemotron.sdg.serve", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "nemotron.serve", "--port", str(port),
                                "--num-threads", str(args.num_threads), "--max-batch-size", str(args.concurrency)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

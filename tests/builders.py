@@ -81,3 +81,21 @@ def curate_two_plays_nano3(blend_folder: Path, output_dir: Path, scale: str = "t
     return data_curation.main(data_curation.Config(
         blend_path=blend_folder / "blend.json", vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
         scale=scale, output_dir=output_dir))
+
+
+def make_chat_checkpoint(root: Path, artifact_class, family: str = "nano2"):
+    """A chat checkpoint artifact of `artifact_class` (e.g. DPOCheckpoint, Nano3RLCheckpoint) holding a real
+    tokenizer with the `family` chat template and a real untrained `family` model: what the chat command
+    and the server load, built in seconds (training it would only change the weights)."""
+    from nemotron.data_prep.chat.templates import chat_template_named
+    from nemotron.data_prep.tokenizer import train_tokenizer
+    from nemotron.models import nano2, nano3
+    from nemotron.models.hybrid import build_model
+
+    model_dir = root / "model"
+    train_tokenizer(chatterbot_texts(), 1024, model_dir, chat_template=chat_template_named(family).jinja)
+    config = (nano2 if family == "nano2" else nano3).build_config("tiny", len(load_tokenizer(model_dir)))
+    build_model(config, seed=0).save_pretrained(str(model_dir))
+    (root / "metrics.jsonl").write_text('{"loss": 1.0, "step": 1}\n')
+    return artifact_class(path=root, model_dir=model_dir, metrics_path=root / "metrics.jsonl", training_loss=1.0,
+                          validation_loss=None, steps=1).save()

@@ -1,9 +1,11 @@
 """The library's layers: imports point down only, and a step imports only what it needs.
 
     recipes/<model>/stage*/   steps           (evaluation steps are the only ones that use evaluation/)
+    chat/                     the terminal chat (on the server's engine)
     evaluation/               metrics and harnesses
+    sdg/                      synthetic data: endpoint client, strategies, judge, cost (a client of serve, over HTTP)
     training/                 the training run, losses, samplers, compute setup
-    sdg/                      synthetic data: endpoint client, local server, strategies, judge, cost
+    serve/                    the model server: engine, chat formats of checkpoints, HTTP API, page
     models/                   model configs, loading, "fits this model" checks
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
     artifact/ trackers cli    the contract every step keeps (and atomic writes, errors)
@@ -25,8 +27,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
-LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "training", "sdg", "evaluation",
-          "recipes"]
+LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "serve", "training", "sdg",
+          "evaluation", "chat", "recipes"]
 BASE = {"artifact", "trackers", "cli", "errors", "atomic", "__init__"}  # the contract: importable from anywhere
 
 

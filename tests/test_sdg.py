@@ -166,6 +166,17 @@ def test_api_key_variable_not_set_is_one_line():
         Client(Endpoint(api_key_env="NEMOTRON_TEST_SDG_KEY"))
 
 
+def test_extra_body_is_a_json_object_on_the_command_line():
+    import tyro
+
+    flag = ["--endpoint.extra-body", '{"chat_template_kwargs": {"enable_thinking": false}}']
+    config = tyro.cli(synthetic_data.Config, args=flag)
+    assert config.endpoint.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert tyro.cli(synthetic_data.Config, args=[]).endpoint.extra_body == {}
+    with pytest.raises(NemotronError, match="expected a JSON object"):
+        tyro.cli(synthetic_data.Config, args=["--endpoint.extra-body", "[1]"])
+
+
 def test_endpoint_down_names_the_url_after_the_retries():
     endpoint = dead_endpoint()
     with pytest.raises(EndpointDown) as error:

@@ -1,11 +1,11 @@
 """What every recipe's report card is made of, written from the artifacts alone.
 
-A recipe's `report.py` picks its artifacts and its headline table; the pieces here are shared:
-`collect` (every artifact reachable from some, through recorded inputs), `fmt`, `plain_metrics`,
-`settings`, `step_name`, `plot_loss_curves` (training and validation loss of each checkpoint, from the
-metrics JSONL it references), `steps_section` (wall time, throughput and settings per step, then the
-lineage tree) and `report_main` (the `python -m <recipe>.report FOLDER` command line). Nothing here
-re-runs a model or reads a tracker.
+A recipe's `report.py` picks its artifacts and its headline table; the pieces here are shared: `collect`
+(every artifact reachable from some, through recorded inputs), `fmt`, `plain_metrics`, `settings`,
+`step_name`, `plot_loss_curves` (training and validation loss of each checkpoint, from the metrics JSONL
+it references), `steps_section` (wall time, throughput and settings per step, then the lineage tree),
+`talk_section` (the exact `nemotron.chat` command for the final model) and `report_main` (the `python -m
+<recipe>.report FOLDER` command line). Nothing here re-runs a model or reads a tracker.
 """
 
 from __future__ import annotations
@@ -120,6 +120,25 @@ def steps_section(artifacts: list[dict[str, Any]], last: Path) -> list[str]:
     md += ["", f"Total wall time of the steps: {total:.0f} s.", ""]
     md += ["## Lineage", "", "```", *lineage_lines(last), "```", ""]
     return md
+
+
+def talk_section(artifacts: list[dict[str, Any]]) -> list[str]:
+    """Markdown: how to talk to the recipe's final chat model (the chat checkpoint of the latest stage):
+    the exact terminal command, and the server with its chat page."""
+    chats = [a for a in artifacts if a["type"].endswith("checkpoint") and "model_dir" in a
+             and not a["type"].endswith("pretraincheckpoint")]
+    if not chats:
+        return []
+    final = Path(max(chats, key=lambda a: step_name(a))["path"])
+    try:
+        final = final.relative_to(Path.cwd())
+    except ValueError:
+        pass  # outside the working directory: keep the absolute path
+    return ["## Talk to your model", "",
+            "```", f"python -m nemotron.chat {final}", "```", "",
+            f"or serve it (`python -m nemotron.serve {final}`) and open http://127.0.0.1:8000/ for the chat",
+            "page; docs/run-a-recipe.md shows the API. A tiny model has seen a few thousand tokens of chat:",
+            "expect short, repetitive answers.", ""]
 
 
 def report_main(argv: list[str], write_report: Callable[[Path], Path], usage: str) -> int:

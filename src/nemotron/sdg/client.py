@@ -1,6 +1,6 @@
 """The client side of SDG: one OpenAI-compatible endpoint, checked, retried, bounded, resumable.
 
-The same code talks to our local server (`nemotron.sdg.serve`), vLLM, SGLang, NIM or a hosted API:
+The same code talks to our local server (`nemotron.serve`), vLLM, SGLang, NIM or a hosted API:
 only `Endpoint.url`, `model` and `api_key_env` change.
 
 - `Endpoint`: provider and model configuration (URL, served model id, alias recorded in lineage,
@@ -31,13 +31,25 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import tyro
 from pydantic import BaseModel, ValidationError
 
 from nemotron.errors import NemotronError
 
 RETRY_TEMPERATURE = 0.7  # an invalid structured answer is asked again with sampling, not greedily
+
+
+def json_object(text: Annotated[str, tyro.conf.arg(name="")]) -> dict[str, Any]:
+    """`--endpoint.extra-body '{"chat_template_kwargs": {"enable_thinking": false}}'` -> the dict."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise NemotronError(f"--extra-body: not JSON ({error.msg} at character {error.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise NemotronError(f"--extra-body: expected a JSON object of request fields, got {text!r}")
+    return value
 
 
 @dataclass
@@ -66,6 +78,9 @@ class Endpoint:
     """Requests in flight at once (the server batches them)."""
     invalid_retries: int = 2
     """Extra attempts for a structured answer that does not validate against its schema."""
+    extra_body: Annotated[dict[str, Any], tyro.conf.arg(constructor=json_object)] = field(default_factory=dict)
+    """Extra fields sent with every request, e.g. `{"chat_template_kwargs": {"enable_thinking": false}}` so a
+    reasoning model (nano3, Nemotron 3 served by vLLM) answers at once in `content`."""
 
 
 class EndpointDown(NemotronError):
@@ -138,6 +153,8 @@ class Client:
             temperature = self.endpoint.temperature if attempt == 0 else max(self.endpoint.temperature, RETRY_TEMPERATURE)
             kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, temperature=temperature,
                                           max_tokens=max_tokens or self.endpoint.max_tokens, seed=seed + attempt)
+            if self.endpoint.extra_body:
+                kwargs["extra_body"] = dict(self.endpoint.extra_body)
             if schema is not None:
                 kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                     "name": schema.__name__, "schema": cap_strings(schema.model_json_schema(), max_field_chars, max_list_items),
@@ -178,7 +195,7 @@ class Client:
                                     f"{_error_message(error)}") from None
         reason = str(last).splitlines()[0] if str(last) else type(last).__name__
         raise EndpointDown(f"cannot reach {self.endpoint.url} ({what}: {reason}) after {self.endpoint.max_retries + 1} "
-                           f"attempts; start the server (python -m nemotron.sdg.serve) or fix the endpoint URL")
+                           f"attempts; start the server (python -m nemotron.serve) or fix the endpoint URL")
 
 
 def cap_strings(schema: Any, max_chars: int | None, max_items: int | None = None) -> Any:

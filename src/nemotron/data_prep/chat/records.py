@@ -5,11 +5,11 @@ messages: the developer instructions (the source's system prompt and its tool de
 turns, assistant `analysis` (reasoning), `commentary` (a preamble, or a tool call to `functions.NAME`
 with JSON arguments), `final` (the answer), and tool results. Each template says what it can of that:
 
-nano2 (`record_to_nano2`; `nemotron.data_prep.chat_template`) speaks system / user / assistant text only:
+nano2 (`record_to_nano2`; `nemotron.data_prep.chat.nano2`) speaks system / user / assistant text only:
 the instructions become the system turn, each `final` an assistant turn, reasoning is dropped, and a
 record with tool calls or tool results cannot be expressed at all (counted as `tool calls or tool turns`).
 
-nano3 (`record_to_nano3`; `nemotron.data_prep.nano3_chat`) has a reasoning block and tool calls:
+nano3 (`record_to_nano3`; `nemotron.data_prep.chat.nano3`) has a reasoning block and tool calls:
 - the developer message becomes the system turn: the instructions, then its `# Tools` section as text
   (our nano3 template does not reproduce the published one's `tools=` block, so the declarations travel
   in the system turn, as that module says);
@@ -31,7 +31,7 @@ Loss masks follow the record's `loss_mode` (`tokenize_nano3_record`):
 - `final_only`: the final answer of the last assistant turn and its `<|im_end|>` only (proof dialogues
   whose earlier attempts failed to compile: those attempts, and the reasoning, are context).
 The generation prompt (`<|im_start|>assistant\\n` and the opening `<think>\\n` or `<think></think>`) is
-never a target, as in `nano3_chat.tokenize_nano3_conversation`.
+never a target, as in `chat.nano3.tokenize_nano3_conversation`.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from nemotron.recipes.report_card import (
     plot_loss_curves,
     report_main,
     steps_section,
+    talk_section,
 )
 
 # The recipe's steps in order: (stage folder, step folder). The report lists what exists of these.
@@ -192,6 +193,7 @@ def write_report(folder: Path) -> Path:
         md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
 
     md += steps_section(artifacts, starts[-1])
+    md += talk_section(artifacts)
 
     report = out / "report.md"
     atomic.write_text(report, "\n".join(md))

@@ -130,7 +130,7 @@ class Synthetic:
     measure_requests: int = 4
     """Requests of the endpoint throughput measurement; 0 skips it."""
     endpoint: Endpoint = field(default_factory=Endpoint)
-    """The rephrasing model's OpenAI-compatible endpoint (start one with python -m nemotron.sdg.serve)."""
+    """The rephrasing model's OpenAI-compatible endpoint (start one with python -m nemotron.serve)."""
 
 
 @dataclass

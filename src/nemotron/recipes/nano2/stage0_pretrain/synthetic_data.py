@@ -3,7 +3,7 @@
 Nemotron-CC (Su et al. 2024) and BeyondWeb (2025) showed that rephrasing good documents into other
 forms (Wikipedia-style prose, question-answer sets, distilled summaries, extracted knowledge) makes
 better pretraining data than the raw text alone. This step does it against any OpenAI-compatible
-endpoint: our local server on a CPU (`python -m nemotron.sdg.serve`), or vLLM, SGLang, NIM or a
+endpoint: our local server on a CPU (`python -m nemotron.serve`), or vLLM, SGLang, NIM or a
 hosted API at scale (`--endpoint.url`, `--endpoint.model`, `--endpoint.api-key-env`).
 
 1. setup: seed documents (train split only) and their statistics; the strategies, whose templates
@@ -22,7 +22,7 @@ Records whose structured answer stays invalid after the retries are counted (`fa
 left out; a re-run asks for them again. An endpoint that stays unreachable stops the run with one
 line naming the URL (what was written is kept).
 
-    python -m nemotron.sdg.serve --port 8000 &
+    python -m nemotron.serve --port 8000 &
     python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_data --strategies wikipedia_rephrase diverse_qa
 """
 

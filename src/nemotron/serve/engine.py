@@ -1,13 +1,13 @@
 """Batched text generation over a transformers causal LM, with grammar-constrained structured output.
 
-This is the inside of the local server (`nemotron.sdg.serve`): requests arrive one by one from HTTP
-handlers, wait a few milliseconds in a queue, and the engine thread decodes every waiting request in
-ONE batch. On a CPU (and even more on a GPU) a decode step is bound by reading the weights, not by
-arithmetic, so B rows per forward pass cost little more than one: that is why concurrent requests
-raise throughput (the Orca / vLLM argument; `nemotron.sdg.cost.critical_batch_size` puts a number
-on it). Batches are static: a batch runs until its last row finishes, and requests that arrive
-meanwhile form the next batch. (vLLM and SGLang go further with continuous batching and paged KV
-caches; the principle is the same.)
+This is the inside of the model server (`nemotron.serve`) and of the terminal chat (`nemotron.chat`):
+requests arrive one by one (from HTTP handlers, or from the chat loop), wait a few milliseconds in a
+queue, and the engine thread decodes every waiting request in ONE batch. On a CPU (and even more on a
+GPU) a decode step is bound by reading the weights, not by arithmetic, so B rows per forward pass cost
+little more than one: that is why concurrent requests raise throughput (the Orca / vLLM argument;
+`nemotron.sdg.cost.critical_batch_size` puts a number on it). Batches are static: a batch runs until its
+last row finishes, and requests that arrive meanwhile form the next batch. (vLLM and SGLang go further
+with continuous batching and paged KV caches; the principle is the same.)
 
 One decode loop, visible:
 - prefill: the prompts, left-padded so every row's last token sits in the last column, with an
@@ -15,6 +15,14 @@ One decode loop, visible:
 - each step: logits of the last position -> per-row grammar mask (xgrammar, when the request asked
   for a JSON schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p ->
   append, stop on EOS, a stop string, the grammar's end, or max_tokens.
+
+Streaming: after every step each row's text so far is decoded again and the part not yet handed out
+goes to the request's `on_text` callback (called on the engine thread). Text that could still become
+a stop string, or that ends in half a UTF-8 character (the replacement character U+FFFD), is held
+back until the next token decides it, so the concatenated deltas are exactly the final text: a
+streamed answer and a non-streamed one are the same bytes. A request whose `cancelled` event is set
+(a client that went away) stops at the next step, with finish_reason "cancelled"; its batch ends as
+soon as its other rows do, and the next batch starts.
 
 Structured outputs: xgrammar (the engine vLLM and SGLang use) compiles a JSON schema into a grammar
 over the tokenizer's vocabulary; at every step it gives the set of tokens that keep the output a
@@ -34,6 +42,7 @@ import json
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,13 +68,15 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     json_schema: dict | None = None  # response_format json_schema
     json_object: bool = False  # response_format {"type": "json_object"}: any JSON object
+    on_text: Callable[[str], None] | None = None  # streaming: called with each new piece of text
+    cancelled: threading.Event = field(default_factory=threading.Event)  # set it to stop this request
 
 
 @dataclass
 class GenerationResult:
     text: str
     completion_ids: list[int]
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "cancelled"
 
 
 @dataclass
@@ -75,6 +86,8 @@ class _Row:
     generator: torch.Generator | None
     matcher: Any = None  # xgrammar.GrammarMatcher
     ids: list[int] = field(default_factory=list)
+    text: str = ""  # the completion so far, cut at a stop string
+    sent: int = 0  # characters of `text` already handed to on_text
     done: bool = False
     finish_reason: str = "length"
 
@@ -82,20 +95,22 @@ class _Row:
 class Engine:
     """Owns the model; `submit(request)` returns a Future that the engine thread completes."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16):
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, stop_token_ids: list[int] = ()):
+        """`stop_token_ids`: ids that end a completion besides EOS (a chat format's end of turn, `<|im_end|>`)."""
         import xgrammar
 
         self.model, self.tokenizer, self.max_batch_size = model, tokenizer, max_batch_size
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])  # logits width (may exceed len(tokenizer))
-        self.eos_ids = _eos_ids(model, tokenizer)
+        eos = _eos_ids(model, tokenizer)
+        self.eos_ids = eos + [int(t) for t in stop_token_ids if int(t) not in eos]
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
         self._xgr = xgrammar
         self._compiler = xgrammar.GrammarCompiler(
             xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.eos_ids))
         self._grammars: dict[str, Any] = {}  # compiled grammars by schema text: compiling costs ~0.1-1 s
         self._queue: queue.Queue[tuple[GenerationRequest, Future]] = queue.Queue()
-        self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "generated_tokens": 0}
-        self._thread = threading.Thread(target=self._loop, name="sdg-engine", daemon=True)
+        self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "generated_tokens": 0, "cancelled": 0}
+        self._thread = threading.Thread(target=self._loop, name="nemotron-engine", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ API for the HTTP layer
@@ -106,6 +121,8 @@ class Engine:
         if len(request.prompt_ids) + request.max_tokens > self.max_positions:
             raise NemotronError(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens ({request.max_tokens}) "
                                 f"exceeds the model's {self.max_positions} positions; shorten the prompt or max_tokens")
+        if request.max_tokens < 1:
+            raise NemotronError(f"max_tokens must be at least 1, got {request.max_tokens}")
         if request.json_schema is not None or request.json_object:
             self.grammar(request)  # compile now, so a bad schema is the caller's 400, not an engine failure
         future: Future = Future()
@@ -122,7 +139,8 @@ class Engine:
                                        else self._compiler.compile_json_schema(key, any_whitespace=False,
                                                                                strict_mode=True))
             except Exception as error:  # xgrammar raises RuntimeError / ValueError for unsupported schemas
-                raise NemotronError(f"response_format json_schema cannot be compiled: {str(error).splitlines()[0]}") from None
+                raise NemotronError("response_format json_schema cannot be compiled: "
+                                    f"{str(error).splitlines()[0]}") from None
         return self._grammars[key]
 
     # ------------------------------------------------------------------ the engine thread
@@ -177,8 +195,11 @@ class Engine:
                     rows[i].matcher.fill_next_token_bitmask(bitmask, i)
                 self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=constrained)
             next_ids = [self._pick(row, logits[i]) for i, row in enumerate(rows)]
-            for row, token in zip(rows, next_ids):
-                if not row.done:
+            for row, token in zip(rows, next_ids, strict=True):
+                if not row.done and row.request.cancelled.is_set():  # the client went away: stop here
+                    row.done, row.finish_reason = True, "cancelled"
+                    self.stats["cancelled"] += 1
+                elif not row.done:
                     self._append(row, token)
             if all(row.done for row in rows):
                 break
@@ -187,13 +208,8 @@ class Engine:
             step_positions = step_positions[:, -1:] + 1
             attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
         for row in rows:
-            text_ids = row.ids[:-1] if row.finish_reason == "stop" and row.ids and row.ids[-1] in self.eos_ids else row.ids
-            text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-            for stop in row.request.stop:  # a stop string is cut off, as OpenAI does
-                if stop and stop in text:
-                    text = text[: text.index(stop)]
             self.stats["generated_tokens"] += len(row.ids)
-            row.future.set_result(GenerationResult(text, row.ids, row.finish_reason))
+            row.future.set_result(GenerationResult(row.text, row.ids, row.finish_reason))
 
     def _pick(self, row: _Row, logits: torch.Tensor) -> int:
         if row.done:
@@ -211,13 +227,33 @@ class Engine:
         row.ids.append(token)
         if row.matcher is not None and not row.matcher.accept_token(token):
             row.done, row.finish_reason = True, "stop"  # cannot happen after masking; stop rather than emit junk
-            return
-        if token in self.eos_ids or (row.matcher is not None and row.matcher.is_terminated()):
-            row.done, row.finish_reason = True, "stop"
-        elif row.request.stop and any(s in self.tokenizer.decode(row.ids[-8:]) for s in row.request.stop if s):
+        elif token in self.eos_ids or (row.matcher is not None and row.matcher.is_terminated()):
             row.done, row.finish_reason = True, "stop"
         elif len(row.ids) >= row.request.max_tokens:
             row.done, row.finish_reason = True, "length"
+        text_ids = row.ids[:-1] if row.ids[-1] in self.eos_ids else row.ids
+        row.text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
+        stops = [s for s in row.request.stop if s]
+        found = [row.text.index(s) for s in stops if s in row.text]
+        if found:  # a stop string ends the completion and is cut off, as OpenAI does
+            row.text, row.done, row.finish_reason = row.text[: min(found)], True, "stop"
+        ready = len(row.text) if row.done else _safe_end(row.text, stops)
+        if ready > row.sent:
+            if row.request.on_text is not None:
+                row.request.on_text(row.text[row.sent:ready])
+            row.sent = ready
+
+
+def _safe_end(text: str, stops: list[str]) -> int:
+    """How much of `text` can be handed out now: not a trailing half character (U+FFFD, the next token
+    completes it) nor a trailing piece that may still grow into a stop string."""
+    end = len(text.rstrip("\ufffd"))
+    for stop in stops:
+        for n in range(min(len(stop) - 1, end), 0, -1):
+            if text[end - n:end] == stop[:n]:
+                end -= n
+                break
+    return end
 
 
 def _generator(request: GenerationRequest) -> torch.Generator | None:

@@ -1,0 +1,144 @@
+"""8 streaming chat clients at once against `python -m nemotron.serve`: time to first token, tokens/s each.
+
+Starts the server (one torch thread) on a free loopback port, then sends the same streamed chat request
+from `--clients` threads through the official `openai` client, first one after another (the baseline,
+measured in the same run), then all at once. Per client: time to first token (request sent -> first
+text delta), completion tokens (the server's `usage`, from `stream_options.include_usage`) and tokens/s
+over the whole request; and whether the stream ended properly (a finish_reason, then `[DONE]`). The
+server decodes concurrent requests as one batch (`nemotron.serve.engine`), so eight clients should get
+far more than 1/8 of the tokens/s each: the ratio printed last is the aggregate tokens/s of the
+concurrent clients over the sequential baseline's.
+
+    python benchmarks/bench_serve.py                     # SmolLM2-135M-Instruct, 8 clients, 48 tokens each
+    python benchmarks/bench_serve.py --model runs/nano2/stage2_alignment/training
+    python benchmarks/bench_serve.py --quick             # a fresh tiny nano2 chat model, 8 clients, 8 tokens
+
+The summary goes to stderr; stdout carries one JSON line with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+
+def tiny_chat_model(folder: Path) -> Path:
+    """A real tiny nano2 model with our tokenizer and chat template (untrained): the --quick model."""
+    from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
+    from nemotron.data_prep.sources import read_chatterbot
+    from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
+    from nemotron.models.hybrid import build_model
+    from nemotron.models.nano2 import build_config
+
+    conversations, _ = read_chatterbot()
+    texts = ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
+    train_tokenizer(texts, 1024, folder, chat_template=NANO2_CHAT_TEMPLATE)
+    build_model(build_config("tiny", len(load_tokenizer(folder))), seed=0).save_pretrained(str(folder))
+    return folder
+
+
+def start_server(model: str, clients: int) -> tuple[subprocess.Popen, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "nemotron.serve", model, "--port", str(port), "--num-threads", "1",
+                               "--max-batch-size", str(clients)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return server, port
+        except httpx.TransportError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit("the server did not start")
+            time.sleep(1)
+
+
+def one_client(client, model: str, max_tokens: int) -> dict:
+    """One streamed chat request: when its first text arrived, how many tokens, whether it completed."""
+    started = time.perf_counter()
+    first = finish = usage = None
+    stream = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Describe the sea in a few sentences."}],
+        max_tokens=max_tokens, temperature=0, stream=True, stream_options={"include_usage": True})
+    for chunk in stream:  # the openai client stops at data: [DONE]
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            if first is None and (choice.delta.content or extra.get("reasoning_content")):
+                first = time.perf_counter()
+            finish = choice.finish_reason or finish
+        usage = chunk.usage or usage
+    ended = time.perf_counter()
+    tokens = usage.completion_tokens if usage else 0
+    return {"ttft_s": (first or ended) - started, "seconds": ended - started, "tokens": tokens,
+            "tokens_per_s": tokens / (ended - started), "complete": finish is not None and usage is not None}
+
+
+def run_clients(client, model: str, clients: int, max_tokens: int, concurrent: bool) -> dict:
+    results: list[dict] = [{}] * clients
+    started = time.perf_counter()
+    if concurrent:
+        def work(i: int) -> None:
+            results[i] = one_client(client, model, max_tokens)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        results = [one_client(client, model, max_tokens) for _ in range(clients)]
+    wall = time.perf_counter() - started
+    return {"clients": results, "wall_s": wall, "complete": sum(r["complete"] for r in results),
+            "aggregate_tokens_per_s": sum(r["tokens"] for r in results) / wall,
+            "median_ttft_s": statistics.median(r["ttft_s"] for r in results),
+            "median_client_tokens_per_s": statistics.median(r["tokens_per_s"] for r in results)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="what to serve: smollm2, a checkpoint or an HF folder")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--quick", action="store_true", help="a fresh tiny nano2 model and 8 tokens: seconds")
+    args = parser.parse_args()
+    import openai
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model, max_tokens = args.model, args.max_tokens
+        if args.quick:
+            model, max_tokens = str(tiny_chat_model(Path(tmp) / "tiny")), 8
+        server, port = start_server(model, args.clients)
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=900)
+            name = client.models.list().data[0].id
+            one_client(client, name, 2)  # warm-up: first-call costs are not part of either figure
+            sequential = run_clients(client, name, args.clients, max_tokens, concurrent=False)
+            concurrent = run_clients(client, name, args.clients, max_tokens, concurrent=True)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=60)
+    for label, r in (("sequential", sequential), (f"{args.clients} concurrent", concurrent)):
+        print(f"{label:<14} {r['complete']}/{args.clients} complete  time to first token: median "
+              f"{r['median_ttft_s']:.2f}s (max {max(c['ttft_s'] for c in r['clients']):.2f}s)  "
+              f"per client {r['median_client_tokens_per_s']:.1f} tok/s  all clients {r['aggregate_tokens_per_s']:.1f}"
+              f" tok/s  ({r['wall_s']:.1f}s)", file=sys.stderr)
+    ratio = concurrent["aggregate_tokens_per_s"] / sequential["aggregate_tokens_per_s"]
+    print(json.dumps({"model": name, "max_tokens": max_tokens, "sequential": sequential, "concurrent": concurrent,
+                      "speedup": ratio}))
+    print(f"{args.clients} concurrent / sequential: {ratio:.2f}x tokens/s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The README's picture of the chat page: serve checkpoints, ask in headless Chromium, save a PNG.
+
+    python scripts/screenshot_chat_page.py runs/nano2/stage2_alignment/training --ask "hello" "What is a play?" \
+        --output docs/chat-page.png
+
+Starts `nemotron.serve`'s app on a free loopback port in this process, opens the page in the system's
+headless Chromium (apt-get install chromium chromium-driver), sends each question in turn (greedy, the
+page's default) and waits for every answer to finish streaming before it takes the screenshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import threading
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="checkpoint folders (the first is picked on the page)")
+    parser.add_argument("--ask", nargs="+", default=["hello"])
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--output", default="docs/chat-page.png")
+    args = parser.parse_args()
+
+    import uvicorn
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from nemotron.serve.app import create_app
+    from nemotron.serve.engine import Engine
+    from nemotron.serve.models import load_served
+
+    served = [load_served(m) for m in args.models]
+    app = create_app([(m, Engine(m.model, m.tokenizer, stop_token_ids=m.stop_token_ids)) for m in served])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    while not server.started:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or sys.exit("chromium is not installed")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,720",
+                 "--force-device-scale-factor=1"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        wait = WebDriverWait(driver, 600)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
+        driver.find_element(By.ID, "max-tokens").clear()
+        driver.find_element(By.ID, "max-tokens").send_keys(str(args.max_tokens))
+        for i, question in enumerate(args.ask):
+            driver.find_element(By.ID, "prompt").send_keys(question)
+            driver.find_element(By.ID, "send").click()
+            wait.until(lambda d, n=i + 1: len(d.find_elements(By.CSS_SELECTOR, ".turn.assistant.done")) == n)
+        driver.save_screenshot(args.output)
+    finally:
+        driver.quit()
+        server.should_exit = True
+    print(f"screenshot written to {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

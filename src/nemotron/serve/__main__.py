@@ -1,0 +1,80 @@
+"""Serve checkpoints behind an OpenAI-compatible API and a chat page, on 127.0.0.1, offline.
+
+    python -m nemotron.serve                                            # SmolLM2-135M-Instruct (the SDG model)
+    python -m nemotron.serve runs/nano2/stage2_alignment/training runs/nano3/stage2_rl/training --port 8011
+    python -m nemotron.serve smollm2 --served-model-name smollm2-135m-instruct
+
+Each model gets its own engine (`nemotron.serve.engine`): concurrent requests to it are decoded as one
+batch. Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
+What the API answers and refuses: `nemotron.serve.app`. The server binds 127.0.0.1 unless told otherwise;
+at scale the same clients talk to vLLM, SGLang, NIM or a hosted endpoint instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import tyro
+
+from nemotron.errors import NemotronError
+
+
+@dataclass
+class Config:
+    """Serve models behind an OpenAI-compatible HTTP API and a chat page on 127.0.0.1."""
+
+    models: tyro.conf.Positional[tuple[str, ...]] = ("smollm2",)
+    """Checkpoint artifact folders, Hugging Face model folders, or `smollm2` (SmolLM2-135M-Instruct)."""
+    served_model_name: str | None = None
+    """The model id clients ask for, with one model; default: `smollm2-135m-instruct`, or the recipe and
+    stage of a checkpoint (`nano2-stage2_alignment`), or the folder's name."""
+    host: str = "127.0.0.1"
+    """Interface to bind; loopback only unless you mean otherwise."""
+    port: int = 8000
+    """TCP port."""
+    max_batch_size: int = 16
+    """Most requests decoded together in one batch."""
+    num_threads: int = 1
+    """torch CPU threads. 1 by default: batching already fills a core, and on a busy 2-core machine two
+    threads spin against each other (measured: 0.73 s per decode step with 2 threads, 0.15 s with 1)."""
+    seed: int = 0
+    """Seed for requests that send none (request i gets seed + i)."""
+
+
+def main(config: Config) -> None:
+    import torch
+    import uvicorn
+
+    from nemotron.serve.app import create_app
+    from nemotron.serve.engine import Engine
+    from nemotron.serve.models import load_served
+
+    if config.served_model_name and len(config.models) != 1:
+        raise NemotronError(f"--served-model-name names one model, but {len(config.models)} are served; "
+                            "drop it (each gets its own name)")
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    started = time.perf_counter()
+    served = []
+    for spec in config.models:
+        model = load_served(spec, config.served_model_name)
+        if model.name in {m.name for m, _ in served}:
+            raise NemotronError(f"two models are named {model.name!r}; serve them from two servers")
+        served.append((model, Engine(model.model, model.tokenizer, max_batch_size=config.max_batch_size,
+                                     stop_token_ids=model.stop_token_ids)))
+    app = create_app(served, seed=config.seed)
+    names = ", ".join(f"{m.name} ({m.format})" for m, _ in served)
+    print(f"serve: {names} loaded in {time.perf_counter() - started:.1f}s; chat page at http://{config.host}:"
+          f"{config.port}/ , OpenAI-compatible API at http://{config.host}:{config.port}/v1", file=sys.stderr,
+          flush=True)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    try:
+        main(tyro.cli(Config))
+    except NemotronError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        sys.exit(2)
