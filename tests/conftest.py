@@ -5,7 +5,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from runs import nano2_run, nano3_run  # noqa: F401  (session fixtures: each whole recipe runs once)
+from runs import (  # noqa: F401  (session fixtures: each made once per pytest run; see runs.py)
+    nano2_run,
+    nano3_run,
+    nano3_two_plays,
+    tiny_base_checkpoint,
+    tiny_sft_dataset,
+)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

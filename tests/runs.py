@@ -1,4 +1,6 @@
-"""The whole recipes, each run once per pytest session, for every test that reads finished artifacts.
+"""The expensive runs the suite shares: each made once per pytest session, for every test that reads them.
+
+Whole recipes:
 
 A whole tiny recipe takes minutes on 2 cores (nano2 about 2.5, nano3 about 5), so the suite runs each at
 most once: the fixtures below are session-scoped and start only when the first test that asks for them
@@ -12,6 +14,12 @@ runs (conftest.py sorts the all-slow modules last, so cheap checks report first)
 
 The folders are shared: a test may read them, re-run a step that skips (same digests), or rebuild a file
 byte for byte; a test that writes anything else writes under its own tmp_path, never into `out`.
+
+Step outputs that several modules read, made in-process with the defaults (seconds each, so test-fast
+uses them too): `tiny_base_checkpoint` (builders.make_pretrain_checkpoint: a real tokenizer and an
+untrained nano2 tiny model), `tiny_sft_dataset` (nano2 stage-1 data curation from it) and
+`nano3_two_plays` (builders.curate_two_plays_nano3: the PretrainDataset the nano3 tests train on).
+The same rule holds: read them, and write only under your own tmp_path.
 """
 
 from __future__ import annotations
@@ -98,3 +106,25 @@ def nano2_run(tmp_path_factory) -> RecipeRun:
 def nano3_run(tmp_path_factory) -> RecipeRun:
     """`python -m nemotron.recipes.nano3 --scale tiny`, run once per session (pretrain, SFT, GRPO)."""
     return run_recipe("nano3", tmp_path_factory.mktemp("nano3_run"))
+
+
+@pytest.fixture(scope="session")
+def tiny_base_checkpoint(tmp_path_factory):
+    from builders import make_pretrain_checkpoint
+
+    return make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sft_dataset(tiny_base_checkpoint, tmp_path_factory):
+    from nemotron.recipes.nano2.stage1_sft import data_curation
+
+    out = tmp_path_factory.mktemp("sft_data")
+    return data_curation.main(data_curation.Config(checkpoint_path=tiny_base_checkpoint.path, output_dir=out))
+
+
+@pytest.fixture(scope="session")
+def nano3_two_plays(tmp_path_factory):
+    from builders import curate_two_plays_nano3
+
+    return curate_two_plays_nano3(tmp_path_factory.mktemp("blend"), tmp_path_factory.mktemp("data"))

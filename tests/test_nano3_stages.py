@@ -20,8 +20,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
-
 from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
@@ -46,8 +44,8 @@ def restore_threads():
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return curate_two_plays_nano3(tmp_path_factory.mktemp("blend"), tmp_path_factory.mktemp("data"))
+def dataset(nano3_two_plays):
+    return nano3_two_plays  # builders.curate_two_plays_nano3, made once per session (tests/runs.py)
 
 
 @pytest.fixture(scope="module")
