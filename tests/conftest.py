@@ -1,10 +1,17 @@
-"""Shared test setup: everything runs offline on the CPU."""
+"""Shared test setup: everything runs offline on the CPU; whole recipes run once per session (see runs.py)."""
 
 import os
 import sys
 from pathlib import Path
 
 import pytest
+from runs import (  # noqa: F401  (session fixtures: each made once per pytest run; see runs.py)
+    nano2_run,
+    nano3_run,
+    nano3_two_plays,
+    tiny_base_checkpoint,
+    tiny_sft_dataset,
+)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -15,6 +22,18 @@ os.environ.pop("NEMOTRON_TRACKER", None)
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+
+
+def pytest_collection_modifyitems(items):
+    """Cheap checks first: modules whose every test is slow (whole recipes, servers, torchrun) run last.
+
+    Whole modules move, never single tests, so a module's fixtures are still made once; the order inside
+    a module and among the moved modules stays as written (alphabetical by file)."""
+    all_slow: dict[object, bool] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        all_slow[module] = all_slow.get(module, True) and item.get_closest_marker("slow") is not None
+    items.sort(key=lambda item: all_slow[getattr(item, "module", None)])  # sort is stable
 
 
 @pytest.fixture(autouse=True)

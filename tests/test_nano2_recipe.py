@@ -1,25 +1,22 @@
 """End to end: the whole nano2 recipe at tiny scale, run once as a user would run it.
 
-One module-scoped fixture runs `python -m nemotron.recipes.nano2 --scale tiny` in a subprocess
-(a few minutes on 2 cores); every test below reads what that run left behind: the JSON on stdout,
-the report card, the lineage, the held-out numbers, and what re-running, piping the stages and
-mixing scales do with those outputs. Nothing is mocked: real data packages, real training, real
-evaluation.
+The session fixture `nano2_run` (tests/runs.py) runs `python -m nemotron.recipes.nano2 --scale tiny` in a
+subprocess once per pytest run (a few minutes on 2 cores); every test below reads what that run left
+behind: the JSON on stdout, the report card, the lineage, the held-out numbers, and what re-running,
+piping the stages and mixing scales do with those outputs. Nothing is mocked: real data packages, real
+training, real evaluation.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from runs import RecipeRun, recipe_command, run
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -35,78 +32,10 @@ NINE = {kind for kinds in STAGES.values() for kind in kinds}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@dataclass
-class Run:
-    """What one command left behind."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def artifacts(self) -> dict[str, dict]:
-        """stdout must be exactly one JSON document: the artifacts keyed by type."""
-        document, end = json.JSONDecoder().raw_decode(self.stdout)
-        assert not self.stdout[end:].strip(), (
-            f"more than one JSON document on stdout: {self.stdout[end:][:200]!r}"
-        )
-        return document
-
-    def lines(self, prefix: str) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith(prefix)]
-
-
-def run(args: list[str] | str, cwd: Path, timeout: float = 600) -> Run:
-    """Run a command (a shell line when `args` is a string) with the test environment."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        args if isinstance(args, list) else ["bash", "-o", "pipefail", "-c", args],
-        cwd=cwd,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdin=subprocess.DEVNULL,
-        check=False,  # the tests assert on the exit status themselves
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return Run(done.returncode, done.stdout, done.stderr, time.perf_counter() - started)
-
-
-def recipe_command(out: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "nemotron.recipes.nano2",
-        "--scale",
-        "tiny",
-        "--output-dir",
-        str(out),
-    ]
-
-
-@dataclass
-class Recipe:
-    out: Path
-    first: Run
-    report_text: str  # report.md as the first run wrote it
-
-    @property
-    def artifacts(self) -> dict[str, dict]:
-        return self.first.artifacts()
-
-
 @pytest.fixture(scope="module")
-def recipe(tmp_path_factory) -> Recipe:
-    out = tmp_path_factory.mktemp("nano2")
-    first = run(recipe_command(out), cwd=out, timeout=900)
-    if first.returncode != 0:
-        pytest.fail(
-            f"the recipe failed (exit {first.returncode}):\n{first.stderr[-3000:]}"
-        )
-    report = out / "report" / "report.md"
-    return Recipe(
-        out=out, first=first, report_text=report.read_text() if report.exists() else ""
-    )
+def recipe(nano2_run: RecipeRun) -> RecipeRun:
+    """The session's one whole nano2 run (tests/runs.py), shared with every other test that reads it."""
+    return nano2_run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +194,7 @@ def digests(artifacts: dict[str, dict]) -> dict[str, str]:
 
 
 def test_rerun_skips_every_step_and_gives_the_same_artifacts(recipe):
-    again = run(recipe_command(recipe.out), cwd=recipe.out)
+    again = run(recipe_command("nano2", recipe.out), cwd=recipe.out)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(again.lines("[skip]")) == 9, again.stderr
     assert not again.lines("[run ]"), again.stderr

@@ -34,13 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> PretrainCheckpoint:
-    return make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
+def checkpoint(tiny_base_checkpoint) -> PretrainCheckpoint:
+    return tiny_base_checkpoint  # tests/runs.py: made once per session
 
 
 @pytest.fixture(scope="module")
-def dataset(checkpoint, tmp_path_factory) -> SFTDataset:
-    return main(Config(checkpoint_path=checkpoint.path, output_dir=tmp_path_factory.mktemp("sft")))
+def dataset(tiny_sft_dataset) -> SFTDataset:
+    return tiny_sft_dataset  # main(Config(checkpoint_path=checkpoint.path)), made once per session
 
 
 # ---------------------------------------------------------------------------------------------------

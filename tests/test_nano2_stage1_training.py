@@ -47,14 +47,13 @@ FEW = {"steps": 6, "checkpoint_every": 2, "eval_every": 3, "micro_batch_size": 2
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> PretrainCheckpoint:
-    return make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
+def base(tiny_base_checkpoint) -> PretrainCheckpoint:
+    return tiny_base_checkpoint  # tests/runs.py: made once per session
 
 
 @pytest.fixture(scope="module")
-def dataset(base, tmp_path_factory) -> data_curation.SFTDataset:
-    out = tmp_path_factory.mktemp("sft_data")
-    return data_curation.main(data_curation.Config(checkpoint_path=base.path, output_dir=out))
+def dataset(tiny_sft_dataset) -> data_curation.SFTDataset:
+    return tiny_sft_dataset  # data_curation.main(Config(checkpoint_path=base.path)), made once per session
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from builders import make_pretrain_checkpoint  # tests/ is on sys.path under pytest
-
 from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.dedup import normalize
 from nemotron.data_prep.preference import (
@@ -28,9 +26,8 @@ from nemotron.recipes.nano2.stage2_alignment.data_curation import Config, main
 
 
 @pytest.fixture(scope="module")
-def sft(tmp_path_factory) -> stage1.SFTDataset:
-    checkpoint = make_pretrain_checkpoint(tmp_path_factory.mktemp("stage0"))
-    return stage1.main(stage1.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path_factory.mktemp("sft")))
+def sft(tiny_sft_dataset) -> stage1.SFTDataset:
+    return tiny_sft_dataset  # stage1 curation from a tiny stage-0 checkpoint, made once per session (tests/runs.py)
 
 
 @pytest.fixture(scope="module")

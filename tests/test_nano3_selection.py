@@ -8,7 +8,6 @@ read back from the packed Parquet the SFT step reads.
 from __future__ import annotations
 
 import pytest
-from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
 
 from nemotron.data_prep.chat.records import record_to_nano3, selected_conversations
 from nemotron.data_prep.packing import read_packed
@@ -28,8 +27,8 @@ def selected(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pretrain_dataset(tmp_path_factory):
-    return curate_two_plays_nano3(tmp_path_factory.mktemp("blend"), tmp_path_factory.mktemp("data"))
+def pretrain_dataset(nano3_two_plays):
+    return nano3_two_plays  # builders.curate_two_plays_nano3, made once per session (tests/runs.py)
 
 
 def trained_text(dataset) -> str:

@@ -2,7 +2,7 @@
 counterpart has the same active parameters, the evaluation compares both with a unigram baseline, wrong
 inputs are one line. Stage 1: curation's problem split and masks, SFT of the MoE model, exact match with
 reasoning on and off. Stage 2: GRPO's refusals, log, resume and evaluation. Slow: the stage-0, SFT and GRPO
-steps under torchrun, and the default tiny recipe end to end with its held-out claims and report card.
+steps under torchrun (the whole recipe end to end is tests/test_nano3_recipe.py).
 
 Everything runs on a real PretrainDataset made once by nano2's stage-0 data curation over two plays with
 the nano3 chat template, with short runs (`FEW`: 8 steps of 4 x 64 tokens).
@@ -19,8 +19,6 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
-
-from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
 
 from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE
 from nemotron.data_prep.tokenizer import load_tokenizer
@@ -46,8 +44,8 @@ def restore_threads():
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return curate_two_plays_nano3(tmp_path_factory.mktemp("blend"), tmp_path_factory.mktemp("data"))
+def dataset(nano3_two_plays):
+    return nano3_two_plays  # builders.curate_two_plays_nano3, made once per session (tests/runs.py)
 
 
 @pytest.fixture(scope="module")
@@ -280,32 +278,3 @@ def test_grpo_under_torchrun_samples_a_share_per_rank_and_saves_one_artifact(sft
     made = json.loads(done.stdout)  # one artifact JSON on stdout, from rank 0
     assert made["nano3rlcheckpoint"]["metrics"]["world_size"] == 2
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
-
-
-@pytest.mark.slow
-def test_whole_recipe_at_tiny_shows_learning_on_held_out_data_in_its_report_card(tmp_path):
-    """`python -m nemotron.recipes.nano3 --scale tiny`, the default run (~4 minutes on 2 cores), then a re-run
-    skips every step. Held out: both stage-0 models below the unigram's bits per byte, SFT above base on
-    exact match, RL above SFT on held-out reward (the README reports the margin in standard errors)."""
-    flags = ["--scale", "tiny", "--output-dir", str(tmp_path / "runs")]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
-                          env=env, timeout=1200)
-    assert done.returncode == 0, done.stderr[-2000:]
-    made = json.loads(done.stdout)
-    assert set(made) >= {"pretraindataset", "nano3pretraincheckpoint", "nano3pretrainresults", "nano3sftresults",
-                         "nano3rlresults"}
-    stage0 = made["nano3pretrainresults"]["metrics"]
-    assert max(stage0["moe_bits_per_byte"], stage0["dense_bits_per_byte"]) < stage0["unigram_bits_per_byte"], stage0
-    sft = made["nano3sftresults"]
-    assert sft["sft_exact_match_reasoning_on"] > sft["base_exact_match_reasoning_on"], sft["metrics"]
-    rl = made["nano3rlresults"]["metrics"]
-    assert rl["reward_gain"] > 0 and rl["rl_reward"] > rl["sft_reward"], rl
-    report = tmp_path / "runs" / "report"
-    text = (report / "report.md").read_text()
-    assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
-    assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
-    assert "Held-out reward gain RL - SFT" in text
-    again = subprocess.run([sys.executable, "-m", "nemotron.recipes.nano3", *flags], capture_output=True, text=True,
-                           env=env, timeout=600)
-    assert again.returncode == 0 and "9 skipped" in again.stderr, again.stderr[-1000:]
