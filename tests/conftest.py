@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from runs import (  # noqa: F401  (session fixtures: each made once per pytest run; see runs.py)
     nano2_run,
     nano3_run,

@@ -29,10 +29,10 @@ from nemotron.models import nano2, nano3
 from nemotron.training.compute import cleanup, setup_distributed
 from nemotron.training.dpo import dpo_backward
 from nemotron.training.grpo import group_advantages, policy_loss, sampled_logprobs
+from nemotron.training.losses import CausalLMLoss
 from nemotron.training.moe import ExpertBalance
 from nemotron.training.optim import build_optimizer
 from nemotron.training.packed_batches import collate_packed, sft_backward
-from nemotron.training.losses import CausalLMLoss
 from nemotron.training.windows import pretraining_backward
 
 VOCAB = 96

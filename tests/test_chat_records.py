@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, THINK_OFF, THINK_ON, render_nano3
 from nemotron.data_prep.chat.records import (
     LOSS_MODES,
     TOOL_USE,
@@ -27,7 +28,6 @@ from nemotron.data_prep.chat.records import (
     selected_conversations,
     tokenize_nano3_record,
 )
-from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, THINK_OFF, THINK_ON, render_nano3
 from nemotron.data_prep.post_training.records import Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import write_records
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer

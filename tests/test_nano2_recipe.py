@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from runs import RecipeRun, recipe_command, run
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

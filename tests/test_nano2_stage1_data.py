@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from builders import make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

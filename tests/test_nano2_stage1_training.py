@@ -23,9 +23,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from safetensors.torch import load_file
-from builders import chatterbot_texts, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from builders import chatterbot_texts, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.packing import PackingConfig, pack_conversations, read_packed
 from nemotron.data_prep.tokenizer import IM_END_ID, IM_START_ID, PAD_ID, load_tokenizer, train_tokenizer

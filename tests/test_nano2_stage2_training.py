@@ -23,11 +23,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
-from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 from nemotron.cli import run
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.conversations import chatterbot_pool, dedup_conversations, filter_conversations

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
 
+from builders import curate_two_plays_nano3  # tests/ is on sys.path under pytest
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.stage0_pretrain import training
 from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation

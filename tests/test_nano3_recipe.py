@@ -11,6 +11,7 @@ import os
 import subprocess
 
 import pytest
+
 from runs import recipe_command  # tests/ is on sys.path under pytest
 
 pytestmark = pytest.mark.slow  # every test here reads one whole-recipe run

@@ -24,7 +24,6 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from nemotron.errors import NemotronError
 from nemotron.sdg.client import Client, Endpoint, EndpointDown, read_records
 from nemotron.sdg.rephrase import Rephraser
 from nemotron.sdg.seed import load_seed

@@ -20,8 +20,8 @@ import time
 import httpx
 import pytest
 import torch
-from builders import make_chat_checkpoint, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 
+from builders import make_chat_checkpoint, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint
 from nemotron.serve.reasoning import ReasoningSplitter, split

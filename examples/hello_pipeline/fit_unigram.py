@@ -14,13 +14,12 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from count_words import WordCounts
 from pydantic import Field
 
 from nemotron import atomic
 from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.cli import run
-
-from count_words import WordCounts
 
 
 @dataclass

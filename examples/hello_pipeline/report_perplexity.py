@@ -15,11 +15,11 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemotron.artifact import Artifact
-from nemotron.cli import run
-
 from count_words import WordCounts, words
 from fit_unigram import UnigramModel
+
+from nemotron.artifact import Artifact
+from nemotron.cli import run
 
 
 @dataclass

@@ -26,6 +26,7 @@ from nemotron.artifact import Artifact, ArtifactPath
 from nemotron.data_prep.indexed import bin_path, idx_path
 from nemotron.training.artifacts import ModelCheckpoint
 
+
 class EvaluationResults(Artifact):
     """What every evaluation step records besides its numbers: which harness ran, on which benchmarks."""
     harness: str = "ours"  # "ours", or "lm_eval": lm-evaluation-harness ran as well

@@ -43,6 +43,7 @@ from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
 from nemotron.data_prep.chat.nano2 import tokenize_conversation
+from nemotron.data_prep.chat.records import selected_conversations
 from nemotron.data_prep.conversations import (
     chatterbot_folder,
     chatterbot_pool,
@@ -54,7 +55,6 @@ from nemotron.data_prep.conversations import (
     write_conversations,
 )
 from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
-from nemotron.data_prep.chat.records import selected_conversations
 from nemotron.data_prep.splits import SPLITS, split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
