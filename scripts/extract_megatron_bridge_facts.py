@@ -113,7 +113,8 @@ class Sources:
                         capture_output=True, text=True,
                     )
                     if shown.returncode == 0:
-                        return ast.parse(shown.stdout), f"megatron-bridge git {self.bridge_commit[:12]}: src/{candidate}"
+                        where = f"megatron-bridge git {self.bridge_commit[:12]}: src/{candidate}"
+                        return ast.parse(shown.stdout), where
             return None
         if name.startswith("megatron.training"):
             for candidate in candidates:
@@ -481,7 +482,8 @@ def main() -> None:
     parser.add_argument("--megatron-bridge", type=Path, default=REPO.parent / "shared/reference/megatron-bridge")
     parser.add_argument("--megatron-lm", type=Path, default=REPO.parent / "shared/reference/megatron-lm")
     parser.add_argument("--bridge-git", type=Path, default=None,
-                        help="a Megatron-Bridge git clone holding the reference commit (for modules the reference lacks)")
+                        help="a Megatron-Bridge git clone holding the reference commit "
+                             "(for modules the reference lacks)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
 

@@ -210,7 +210,8 @@ def test_artifact_cli_help_exits_0_and_bad_use_exits_2(tmp_path):
     assert sh(f"{ARTIFACT_CLI} verify --help", tmp_path).returncode == 0
     assert sh(f"{ARTIFACT_CLI}", tmp_path).returncode == 2
     assert sh(f"{ARTIFACT_CLI} verify", tmp_path).returncode == 2
-    assert one_error_line(sh(f"{ARTIFACT_CLI} verify nowhere", tmp_path)) == "error: nowhere does not exist; check the path"
+    error = one_error_line(sh(f"{ARTIFACT_CLI} verify nowhere", tmp_path))
+    assert error == "error: nowhere does not exist; check the path"
 
 
 def test_import_nemotron_artifact_stays_light():

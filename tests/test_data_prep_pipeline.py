@@ -32,7 +32,8 @@ CHATS = [{"id": f"c{n}", "messages": [{"role": "user", "content": f"Question {n}
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    (root / "docs.jsonl").write_text("".join(json.dumps({"id": f"d{n}", "text": t}) + "\n" for n, t in enumerate(TEXTS)))
+    (root / "docs.jsonl").write_text("".join(json.dumps({"id": f"d{n}", "text": t}) + "\n"
+                                             for n, t in enumerate(TEXTS)))
     (root / "chats.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in CHATS))
     tokenizer = train_tokenizer(TEXTS + [m["content"] for c in CHATS for m in c["messages"]], 600, root / "tokenizer",
                                 chat_template=NANO2_CHAT_TEMPLATE)
@@ -49,7 +50,8 @@ def test_pretrain_pipeline_tokenizes_every_split_and_a_rerun_reuses_every_shard(
     assert json.loads((tmp_path / "data_paths.json").read_text()) == result.data_paths
     again = run_pretrain_pipeline(blend=blend, output_dir=tmp_path, tokenizer=data["tokenizer"], num_shards=2)
     assert again.run_hash == result.run_hash
-    assert again.statuses == {"written": 0, "redone": 0, "skipped": result.statuses["written"]} and again.statuses["skipped"] >= 2
+    assert again.statuses == {"written": 0, "redone": 0, "skipped": result.statuses["written"]}
+    assert again.statuses["skipped"] >= 2
 
 
 def test_sft_pipeline_packs_every_conversation_once(data, tmp_path):
@@ -65,7 +67,8 @@ def test_sft_pipeline_packs_every_conversation_once(data, tmp_path):
 
 def test_a_tokenizer_that_is_neither_a_folder_nor_cached_is_one_clear_error(data, tmp_path):
     blend = DataBlend(sources=[{"path": str(data["root"] / "docs.jsonl")}])
-    with pytest.raises(NemotronError, match="'nobody/no-such-tokenizer' is neither a local folder nor in the local Hugging"):
+    with pytest.raises(NemotronError,
+                       match="'nobody/no-such-tokenizer' is neither a local folder nor in the local Hugging"):
         run_pretrain_pipeline(blend=blend, output_dir=tmp_path, tokenizer="nobody/no-such-tokenizer")
 
 
@@ -132,7 +135,8 @@ def test_a_tokenizer_name_resolves_from_the_local_hugging_face_cache_offline(dat
         "import json, sys\n"
         "from nemotron.data_prep import DataBlend, run_pretrain_pipeline\n"
         "blend = DataBlend(sources=[{'path': sys.argv[1]}])\n"
-        "result = run_pretrain_pipeline(blend=blend, output_dir=sys.argv[2], tokenizer='local/tiny-bpe', num_shards=2)\n"
+        "result = run_pretrain_pipeline(blend=blend, output_dir=sys.argv[2], tokenizer='local/tiny-bpe', "
+        "num_shards=2)\n"
         "print(json.dumps(result.data_paths))\n"
     )
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -66,7 +66,8 @@ def corpus(tmp_path_factory):
         for copy in range(2):
             for number, text in enumerate(paragraphs):
                 out.write(json.dumps({"id": f"{copy}/{number}", "text": text}) + "\n")
-    chats = [{"messages": [{"role": "user", "content": text[:80]}, {"role": "assistant", "content": text[80:300] or "."}]}
+    chats = [{"messages": [{"role": "user", "content": text[:80]},
+                           {"role": "assistant", "content": text[80:300] or "."}]}
              for text in paragraphs[:600]]
     (root / "chats.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in chats))
     tokenizer = train_tokenizer(paragraphs[:3000], 1000, root / "tokenizer", chat_template=NANO2_CHAT_TEMPLATE)

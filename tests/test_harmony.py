@@ -86,7 +86,8 @@ def ours_and_theirs(oh, tools: bool):
                                     parameters=t["function"].get("parameters")) for t in (WEATHER, PING)]
         )
     theirs.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, developer))
-    ours.append(HarmonyMessage("developer", developer_content("Answer briefly. Use °C.", [WEATHER, PING] if tools else [])))
+    ours.append(HarmonyMessage("developer",
+                               developer_content("Answer briefly. Use °C.", [WEATHER, PING] if tools else [])))
     turns = [
         ("user", None, None, None, None, "Weather in Lyon and Zürich? 日本語 too."),
         ("assistant", "analysis", None, None, None, "Two lookups; call get_weather twice.\n"),
@@ -101,7 +102,8 @@ def ours_and_theirs(oh, tools: bool):
         ]
     turns.append(("assistant", "final", None, None, None, "Lyon 14 °C, Zürich 9 °C.  "))
     for role, channel, recipient, content_type, name, content in turns:
-        ours.append(HarmonyMessage(role, content, name=name, channel=channel, recipient=recipient, content_type=content_type))
+        ours.append(HarmonyMessage(role, content, name=name, channel=channel, recipient=recipient,
+                                   content_type=content_type))
         author = oh.Author(role=oh.Role(role), name=name)
         message = oh.Message.from_author_and_content(author, content).with_channel(channel)
         if recipient:
@@ -129,7 +131,8 @@ def test_render_matches_openai_harmony(reference, tools):
     assert render(ours, auto_drop_analysis=True) == encoding.decode_utf8(default)
     assert render(ours).endswith("<|return|>") and render(ours, training=False).endswith("<|end|>")
     if tools:
-        assert '<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Lyon"}<|call|>' in render(ours)
+        assert ('<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json'
+                '<|message|>{"city": "Lyon"}<|call|>') in render(ours)
 
 
 @pytest.mark.parametrize("tools", [True, False])

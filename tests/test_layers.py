@@ -172,7 +172,8 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path)
 
 
 # Every recipe module but package files: stage steps, and pipelines whose steps sit in the recipe folder.
-STEPS = sorted(p for p in (SRC / "recipes").rglob("*.py") if not p.name.startswith("__") and p.parent != SRC / "recipes")
+STEPS = sorted(p for p in (SRC / "recipes").rglob("*.py")
+               if not p.name.startswith("__") and p.parent != SRC / "recipes")
 
 
 @pytest.mark.parametrize("path", STEPS, ids=lambda p: str(p.relative_to(SRC)))
@@ -201,7 +202,8 @@ def module_name(path: Path) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("module", [module_name(p) for p in CURATION_STEPS] + LIGHT)
 def test_data_steps_and_the_contract_import_neither_torch_nor_transformers(module):
-    probe = f"import sys, json; import {module}; print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))"
+    probe = (f"import sys, json; import {module}; "
+             "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == [], f"importing {module} loads {result.stdout.strip()}"
@@ -223,7 +225,8 @@ def code_lines(path: Path) -> list[str]:
 def shared_blocks(a: Path, b: Path, size: int = BLOCK) -> list[str]:
     windows = {tuple(code_lines(a)[i : i + size]) for i in range(len(code_lines(a)) - size + 1)}
     lines = code_lines(b)
-    return ["\n".join(lines[i : i + size]) for i in range(len(lines) - size + 1) if tuple(lines[i : i + size]) in windows]
+    return ["\n".join(lines[i : i + size]) for i in range(len(lines) - size + 1)
+            if tuple(lines[i : i + size]) in windows]
 
 
 def recipe_files(recipe: str) -> list[Path]:

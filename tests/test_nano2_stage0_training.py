@@ -178,7 +178,8 @@ def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_pat
         "missing": (missing.path, (), re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
         "truncated": (truncated.path, (), re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
         "other_shape": (dataset.path, (), r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
-        "seq_len": (dataset.path, ("--seq-len=1025",), r"sequences of 1025 tokens exceed the model.s max_position_embeddings=1024; lower --seq-len"),
+        "seq_len": (dataset.path, ("--seq-len=1025",),
+                    r"sequences of 1025 tokens exceed the model.s max_position_embeddings=1024; lower --seq-len"),
     }
     # Four processes at once: each spends most of its time importing torch and transformers.
     running = {
@@ -245,7 +246,8 @@ def test_full_scale_and_models_too_large_for_this_machine_are_refused_before_any
     with pytest.raises(NemotronError, match=r"Megatron-Bridge hand-off needs --data-root, --nodes, --gpus-per-node"):
         main(Config(dataset_path=full.path, output_dir=tmp_path / "out_full", scale="full"))
     # ...and the plain loop itself refuses the full shape if asked to run it.
-    with pytest.raises(NemotronError, match=r"--scale full is the published \d+\.\d\dB-parameter model .* Megatron-Bridge"):
+    with pytest.raises(NemotronError,
+                       match=r"--scale full is the published \d+\.\d\dB-parameter model .* Megatron-Bridge"):
         main(Config(dataset_path=full.path, output_dir=tmp_path / "out_full", scale="full", engine="plain"))
     # Any other model whose weights, gradients and AdamW state exceed this machine's memory, likewise.
     huge = ("hidden_size=16384", "intermediate_size=65536", "hybrid_override_pattern=" + "-" * 40)

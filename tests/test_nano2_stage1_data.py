@@ -139,7 +139,8 @@ def test_extra_pools_in_openai_and_sharegpt_format(checkpoint, tmp_path):
     assert art.metrics["conversations_read"] == {"pool.jsonl": 61}
     assert sum(art.metrics["source_skipped"]["pool.jsonl"].values()) == 3
     assert art.metrics["rejected_by_reason"] == {"does not end with an assistant turn": 1}
-    ids = {c["id"] for split in ("train", "valid", "test") for c in read_conversations(getattr(art, f"{split}_conversations"))}
+    ids = {c["id"] for split in ("train", "valid", "test")
+           for c in read_conversations(getattr(art, f"{split}_conversations"))}
     assert {"p1", "pool.jsonl:0"} <= ids  # OpenAI records keep their id, ShareGPT ones get file:number
     assert {ref.type for ref in art.inputs} == {"pretraincheckpoint", "source"}
 
@@ -169,7 +170,8 @@ def test_refuses_a_checkpoint_of_another_scale(checkpoint, tmp_path):
 
 
 def test_refuses_rows_longer_than_the_model_context(checkpoint, tmp_path):
-    with pytest.raises(NemotronError, match=r"exceed the model's max_position_embeddings=1024; pass --pack-size 1024 or smaller"):
+    with pytest.raises(NemotronError,
+                       match=r"exceed the model's max_position_embeddings=1024; pass --pack-size 1024 or smaller"):
         main(Config(checkpoint_path=checkpoint.path, pack_size=100_000, output_dir=tmp_path / "out"))
 
 

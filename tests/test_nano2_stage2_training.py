@@ -292,7 +292,8 @@ def test_a_refusal_is_one_error_line_from_the_cli(inputs, tmp_path, capsys):
         run(main, [*cli(run_config)[3:], "--beta=-1"])  # the step's command line, in-process
     stdout, stderr = capsys.readouterr()
     assert exit_status.value.code == 2 and stdout == ""
-    assert stderr.strip().splitlines()[-1] == "error: --beta -1.0 must be > 0 (it scales the implicit reward; 0.1 is the usual start)"
+    assert stderr.strip().splitlines()[-1] == ("error: --beta -1.0 must be > 0 "
+                                               "(it scales the implicit reward; 0.1 is the usual start)")
     assert not run_config.output_dir.exists()
 
 

@@ -26,29 +26,92 @@ PUBLISHED = [
     ('prompt_thinking_on', [{'role': 'user', 'content': 'What is 2+3?'}], True, True,
      '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n<think>\n'),
     ('prompt_thinking_off', [{'role': 'user', 'content': 'What is 2+3?'}], True, False,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n<think></think>'),
-    ('system_prompt_off', [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}], True, False,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n'
+      '<think></think>')),
+    ('system_prompt_off', [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}],
+     True, False,
      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>'),
-    ('reasoning_turn', [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'What is 2+3?'}, {'role': 'assistant', 'reasoning_content': '2 plus 3 is 5.', 'content': '5'}], False, True,
-     '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n<think>\n2 plus 3 is 5.\n</think>\n5<|im_end|>\n'),
-    ('no_reasoning_turn', [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello!'}], False, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think></think>Hello!<|im_end|>\n'),
-    ('multi_turn_history', [{'role': 'user', 'content': '2+3?'}, {'role': 'assistant', 'reasoning_content': 'add: 5', 'content': '5'}, {'role': 'user', 'content': 'times 2?'}, {'role': 'assistant', 'reasoning_content': '5*2=10', 'content': '10'}], False, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n<think></think>\n5<|im_end|>\n<|im_start|>user\ntimes 2?<|im_end|>\n<|im_start|>assistant\n<think>\n5*2=10\n</think>\n10<|im_end|>\n'),
-    ('multi_turn_prompt', [{'role': 'user', 'content': '2+3?'}, {'role': 'assistant', 'reasoning_content': 'add: 5', 'content': '5'}, {'role': 'user', 'content': 'times 2?'}], True, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n<think></think>\n5<|im_end|>\n<|im_start|>user\ntimes 2?<|im_end|>\n<|im_start|>assistant\n<think>\n'),
-    ('tool_call', [{'role': 'user', 'content': 'Weather in Paris?'}, {'role': 'assistant', 'reasoning_content': 'Need the tool.', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'get_weather', 'arguments': {'city': 'Paris', 'days': 2}}}]}, {'role': 'tool', 'content': '{"temp": 18}'}, {'role': 'assistant', 'content': '18 degrees.'}], False, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\nNeed the tool.\n</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n<|im_start|>user\n<tool_response>\n{"temp": 18}\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n<think></think>18 degrees.<|im_end|>\n'),
-    ('two_tool_results', [{'role': 'user', 'content': 'a and b'}, {'role': 'assistant', 'content': '', 'tool_calls': [{'function': {'name': 'f', 'arguments': {'x': 'a'}}}, {'function': {'name': 'f', 'arguments': {'x': 'b'}}}]}, {'role': 'tool', 'content': 'A'}, {'role': 'tool', 'content': 'B'}], True, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\na and b<|im_end|>\n<|im_start|>assistant\n<think></think>\n<tool_call>\n<function=f>\n<parameter=x>\na\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n<parameter=x>\nb\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n<|im_start|>user\n<tool_response>\nA\n</tool_response>\n<tool_response>\nB\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n<think>\n'),
-    ('history_tool_call', [{'role': 'user', 'content': 'Weather?'}, {'role': 'assistant', 'reasoning_content': 'Use it.', 'content': 'Checking.', 'tool_calls': [{'function': {'name': 'w', 'arguments': {'q': [1, 2]}}}]}, {'role': 'tool', 'content': 'sun'}, {'role': 'assistant', 'content': 'Sunny.'}, {'role': 'user', 'content': 'Thanks'}], True, False,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think></think>Checking.\n<tool_call>\n<function=w>\n<parameter=q>\n[1, 2]\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n<|im_start|>user\n<tool_response>\nsun\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n<think></think>Sunny.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n<think></think>'),
-    ('reasoning_no_answer', [{'role': 'user', 'content': 'x'}, {'role': 'assistant', 'reasoning_content': ' hmm ', 'content': '  '}], False, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n hmm \n</think><|im_end|>\n'),
-    ('whitespace_reasoning', [{'role': 'user', 'content': 'x'}, {'role': 'assistant', 'reasoning_content': '\n\n', 'content': 'ok  '}], False, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think></think>ok<|im_end|>\n'),
-    ('history_no_reasoning', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': 'b '}, {'role': 'user', 'content': 'c'}], True, True,
-     '<|im_start|>system\n<|im_end|>\n<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think></think>b<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n<think>\n'),
+    ('reasoning_turn', [{'role': 'system', 'content': 'Be brief.'},
+                        {'role': 'user', 'content': 'What is 2+3?'},
+                        {'role': 'assistant', 'reasoning_content': '2 plus 3 is 5.', 'content': '5'}],
+     False, True,
+     ('<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n'
+      '<think>\n2 plus 3 is 5.\n</think>\n5<|im_end|>\n')),
+    ('no_reasoning_turn', [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello!'}],
+     False, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'
+      '<think></think>Hello!<|im_end|>\n')),
+    ('multi_turn_history', [{'role': 'user', 'content': '2+3?'},
+                            {'role': 'assistant', 'reasoning_content': 'add: 5', 'content': '5'},
+                            {'role': 'user', 'content': 'times 2?'},
+                            {'role': 'assistant', 'reasoning_content': '5*2=10', 'content': '10'}],
+     False, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n<think></think>\n'
+      '5<|im_end|>\n<|im_start|>user\ntimes 2?<|im_end|>\n<|im_start|>assistant\n<think>\n5*2=10\n</think>\n'
+      '10<|im_end|>\n')),
+    ('multi_turn_prompt', [{'role': 'user', 'content': '2+3?'},
+                           {'role': 'assistant', 'reasoning_content': 'add: 5', 'content': '5'},
+                           {'role': 'user', 'content': 'times 2?'}],
+     True, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n<think></think>\n'
+      '5<|im_end|>\n<|im_start|>user\ntimes 2?<|im_end|>\n<|im_start|>assistant\n<think>\n')),
+    ('tool_call', [{'role': 'user', 'content': 'Weather in Paris?'},
+                   {'role': 'assistant',
+                    'reasoning_content': 'Need the tool.',
+                    'content': '',
+                    'tool_calls': [{'type': 'function',
+                                    'function': {'name': 'get_weather', 'arguments': {'city': 'Paris', 'days': 2}}}]},
+                   {'role': 'tool', 'content': '{"temp": 18}'},
+                   {'role': 'assistant', 'content': '18 degrees.'}],
+     False, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n'
+      '<think>\nNeed the tool.\n</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n'
+      '</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n<|im_start|>user\n'
+      '<tool_response>\n{"temp": 18}\n</tool_response>\n<|im_end|>\n<|im_start|>assistant\n'
+      '<think></think>18 degrees.<|im_end|>\n')),
+    ('two_tool_results', [{'role': 'user', 'content': 'a and b'},
+                          {'role': 'assistant',
+                           'content': '',
+                           'tool_calls': [{'function': {'name': 'f', 'arguments': {'x': 'a'}}},
+                                          {'function': {'name': 'f', 'arguments': {'x': 'b'}}}]},
+                          {'role': 'tool', 'content': 'A'},
+                          {'role': 'tool', 'content': 'B'}],
+     True, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\na and b<|im_end|>\n<|im_start|>assistant\n<think></think>\n'
+      '<tool_call>\n<function=f>\n<parameter=x>\na\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n'
+      '<function=f>\n<parameter=x>\nb\n</parameter>\n</function>\n</tool_call>\n<|im_end|>\n<|im_start|>user\n'
+      '<tool_response>\nA\n</tool_response>\n<tool_response>\nB\n</tool_response>\n<|im_end|>\n'
+      '<|im_start|>assistant\n<think>\n')),
+    ('history_tool_call', [{'role': 'user', 'content': 'Weather?'},
+                           {'role': 'assistant',
+                            'reasoning_content': 'Use it.',
+                            'content': 'Checking.',
+                            'tool_calls': [{'function': {'name': 'w', 'arguments': {'q': [1, 2]}}}]},
+                           {'role': 'tool', 'content': 'sun'},
+                           {'role': 'assistant', 'content': 'Sunny.'},
+                           {'role': 'user', 'content': 'Thanks'}],
+     True, False,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n'
+      '<think></think>Checking.\n<tool_call>\n<function=w>\n<parameter=q>\n[1, 2]\n</parameter>\n</function>\n'
+      '</tool_call>\n<|im_end|>\n<|im_start|>user\n<tool_response>\nsun\n</tool_response>\n<|im_end|>\n'
+      '<|im_start|>assistant\n<think></think>Sunny.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n'
+      '<|im_start|>assistant\n<think></think>')),
+    ('reasoning_no_answer', [{'role': 'user', 'content': 'x'},
+                             {'role': 'assistant', 'reasoning_content': ' hmm ', 'content': '  '}],
+     False, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n hmm \n'
+      '</think><|im_end|>\n')),
+    ('whitespace_reasoning', [{'role': 'user', 'content': 'x'},
+                              {'role': 'assistant', 'reasoning_content': '\n\n', 'content': 'ok  '}],
+     False, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n'
+      '<think></think>ok<|im_end|>\n')),
+    ('history_no_reasoning', [{'role': 'user', 'content': 'a'},
+                              {'role': 'assistant', 'content': 'b '},
+                              {'role': 'user', 'content': 'c'}],
+     True, True,
+     ('<|im_start|>system\n<|im_end|>\n<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n'
+      '<think></think>b<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n<think>\n')),
 ]
 
 

@@ -76,7 +76,8 @@ def test_stage0_dry_run_at_full_writes_the_nano3_recipe_with_its_moe_shape_and_e
     # the global batch: micro 1 x accumulation 4 x 16 data-parallel ranks (TP 1 over 2 x 8 GPUs)
     assert overrides["train"]["global_batch_size"] == 64
     assert overrides["dataset"]["blend_per_split"][0][0][0].startswith("/lustre/nemotron/stage0_pretrain/")
-    assert stage0.checkpoint_location == overrides["checkpoint"]["save"] == "/lustre/nemotron/stage0_pretrain/checkpoints"
+    assert (stage0.checkpoint_location == overrides["checkpoint"]["save"]
+            == "/lustre/nemotron/stage0_pretrain/checkpoints")
     assert "#SBATCH --nodes=2" in (folder / "sbatch.sh").read_text()
     assert not any(name == "megatron.bridge" or name.startswith("megatron.bridge.") for name in sys.modules)
 

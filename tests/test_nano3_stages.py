@@ -129,7 +129,8 @@ def test_at_scale_the_moe_model_hands_off_to_its_recipe_and_the_dense_one_is_ref
         training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "dense", dense=True, **cluster))
     assert "\n" not in str(error.value) and not (tmp_path / "dense").exists()
     run = training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "moe", **cluster))
-    assert run.type_name() == "megatronbridgerun" and run.recipe.endswith("nemotron_3_nano_pretrain_8gpu_h100_bf16_config")
+    assert run.type_name() == "megatronbridgerun"
+    assert run.recipe.endswith("nemotron_3_nano_pretrain_8gpu_h100_bf16_config")
     assert not (tmp_path / "moe" / "model").exists()  # nothing trained here
 
 
@@ -249,7 +250,8 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
     shutil.rmtree(folder / "model")
     shutil.rmtree(folder / "checkpoints" / "step_000002")
     resumed = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=folder, kl_beta=0.05, **RL))
-    first, second = load_file(policy.model_dir / "model.safetensors"), load_file(resumed.model_dir / "model.safetensors")
+    first = load_file(policy.model_dir / "model.safetensors")
+    second = load_file(resumed.model_dir / "model.safetensors")
     assert all(torch.equal(first[k], second[k]) for k in first)
     strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_seconds")} for r in rows]  # noqa: E731
     assert strip(read_metrics(resumed.metrics_path)) == strip(records)
@@ -270,7 +272,8 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
 def test_grpo_under_torchrun_samples_a_share_per_rank_and_saves_one_artifact(sft, tmp_path):
     out = tmp_path / "ddp"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
-               "nemotron.recipes.nano3.stage2_rl.training", "--checkpoint-path", str(sft.path), "--output-dir", str(out),
+               "nemotron.recipes.nano3.stage2_rl.training", "--checkpoint-path", str(sft.path),
+               "--output-dir", str(out),
                *(f"--{k.replace('_', '-')}={v}" for k, v in RL.items())]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})

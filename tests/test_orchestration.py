@@ -74,11 +74,13 @@ def test_a_nested_flag_the_orchestrator_overwrites_is_refused_naming_the_top_lev
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
     for flags, message in [
-        (("--stage0.training.seed", "3"), "--stage0.training.seed is set by the orchestrator for every step; pass --seed"),
+        (("--stage0.training.seed", "3"),
+         "--stage0.training.seed is set by the orchestrator for every step; pass --seed"),
         (("--stage1.evaluation.output-dir", "x"), "--stage1.evaluation.output-dir is set by the orchestrator"),
         (("--stage2.training.checkpoint-path", "x"), "the orchestrator hands each step the outputs of the step before"),
     ]:
         result = recipe(*flags)
         assert result.returncode == 2 and result.stdout == "", result.stderr
-        assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"] and message in result.stderr
+        assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"]
+        assert message in result.stderr
     assert not (tmp_path / "nano2").exists()

@@ -33,7 +33,8 @@ def math_record(n: int, answer: str | None = None, **changes) -> dict:
         "changed_answer_to_majority": False, "data_source": "AoPS", "uuid": f"m-{n}",
         "messages": [
             {"role": "user", "content": f"Solve and box the answer.\n\nCompute {n} squared."},
-            {"role": "assistant", "reasoning_content": f"{n}*{n} = {value}.", "content": f"\\boxed{{{answer or value}}}"},
+            {"role": "assistant", "reasoning_content": f"{n}*{n} = {value}.",
+             "content": f"\\boxed{{{answer or value}}}"},
         ],
         "metadata": {"reason_low_no_tool": {"count": 8, "pass": 8, "accuracy": 1.0},
                      "reason_high_with_tool": {"count": 8, "pass": 6, "accuracy": 0.75}},
@@ -44,25 +45,27 @@ def math_record(n: int, answer: str | None = None, **changes) -> dict:
 
 
 def agentic_record(city: str, arguments='{"city": "%s"}', final="It is mild.", role="tool") -> dict:
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool = {"type": "function",
+            "function": {"name": "get_weather", "description": "Weather.", "parameters": parameters}}
     return {
         "uuid": f"a-{city}", "license": "cc-by-4.0", "used_in": ["nano_v3"], "tools": [tool],
         "messages": [
             {"role": "system", "content": ""},
             {"role": "user", "content": f"Weather in {city}?"},
             {"role": "assistant", "content": None, "reasoning_content": "Look it up.", "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "get_weather",
-                                                              "arguments": arguments % city if "%s" in arguments else arguments}}]},
+                {"id": "c1", "type": "function",
+                 "function": {"name": "get_weather",
+                              "arguments": arguments % city if "%s" in arguments else arguments}}]},
             {"role": role, "tool_call_id": "c1", "content": '{"temp_c": 12}'},
             {"role": "assistant", "content": final, "tool_calls": None, "reasoning_content": "Relay."},
         ],
     }
 
 
-def write_jsonl(path: Path, records: list, extra: dict[int, str] = {}) -> Path:
+def write_jsonl(path: Path, records: list, extra: dict[int, str] | None = None) -> Path:
     lines = [json.dumps(r, ensure_ascii=False) for r in records]
-    for position, line in sorted(extra.items()):
+    for position, line in sorted((extra or {}).items()):
         lines.insert(position, line)
     path.write_text("\n".join(lines) + ("\n" if lines else ""))
     return path
@@ -75,7 +78,8 @@ def run_normalize(out: Path, sources: list[str], **changes):
 
 def folder_bytes(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in ("metadata.json", ".lock") and "work" not in p.parts}
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name not in ("metadata.json", ".lock") and "work" not in p.parts}
 
 
 # --- readers ------------------------------------------------------------------------------------
@@ -96,9 +100,11 @@ def test_math_record_maps_signals_and_renders_harmony():
 
 
 def test_agentic_record_tool_use_and_dict_arguments():
-    record = normalize_record("agentic", agentic_record("Oslo", arguments={"city": "Oslo"}), "agentic", "tool_calling", "f:1")
+    record = normalize_record("agentic", agentic_record("Oslo", arguments={"city": "Oslo"}), "agentic",
+                              "tool_calling", "f:1")
     assert record["meta_tool_use"] == {"names": ["get_weather"], "calls": 1}
-    assert '<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Oslo"}<|call|>' in record["text"]
+    assert ('<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json'
+            '<|message|>{"city": "Oslo"}<|call|>') in record["text"]
     assert "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>" in record["text"]
     assert record["quality_tools_declared"] and record["meta_domain"] == "tool_use"
 
@@ -107,8 +113,10 @@ def test_agentic_record_tool_use_and_dict_arguments():
     ("agentic", agentic_record("Rome", role="observation"), "unknown role"),
     ("agentic", agentic_record("Rome", arguments="{city: 'Rome'"), "tool arguments not JSON"),
     ("proofs", {"problem": "p", "messages": [], "uuid": "p1", "tools": []}, "no assistant turn"),
-    ("harmony", {"text": "<|start|>user<|message|>hi<|start|>assistant<|channel|>final<|message|>yo<|return|>"}, "invalid harmony"),
-    ("chat", {"messages": [{"role": "user", "content": None}, {"role": "assistant", "content": "ok"}]}, "empty prompt turn"),
+    ("harmony", {"text": "<|start|>user<|message|>hi<|start|>assistant<|channel|>final<|message|>yo<|return|>"},
+     "invalid harmony"),
+    ("chat", {"messages": [{"role": "user", "content": None}, {"role": "assistant", "content": "ok"}]},
+     "empty prompt turn"),
 ])
 def test_invalid_records_are_rejected_with_a_reason(family, raw, reason):
     with pytest.raises(Rejected) as caught:
@@ -145,7 +153,8 @@ def test_every_removal_is_counted_by_reason(tmp_path, bad_inputs):
         "no assistant turn": 1, "not JSON": 1, "tool arguments not JSON": 1, "unknown role": 1,
     }
     assert dataset.metrics["records_read"] == 5 + 1 + 4 + 3 and dataset.num_records == 4 + 1 + 1
-    assert dataset.records_per_split == {"agentic": {"tool_calling": 1}, "harmony": {"rendered": 1}, "math": {"medium": 4}}
+    assert dataset.records_per_split == {"agentic": {"tool_calling": 1}, "harmony": {"rendered": 1},
+                                         "math": {"medium": 4}}
     card = (tmp_path / "out" / "math" / "README.md").read_text()
     assert "| medium | 4 |" in card and "| exact duplicate | 1 |" in card and "| not JSON | 1 |" in card
     assert "`meta_difficulty_bin`" in card and "path: data/medium/*.parquet" in card

@@ -54,7 +54,8 @@ def test_nll_equals_lm_eval_loglikelihood(tmp_path, demo_pools, tiny_checkpoint)
     records = [r for files in pools.pool_files(demo_pools.pools_dir).values() for r in read_records(files)][:6]
     requests = tmp_path / "requests.jsonl"
     requests.write_text("".join(json.dumps({"id": r["id"], "context": r["text"][:r["completion_start"]],
-                                            "continuation": r["text"][r["completion_start"]:]}) + "\n" for r in records))
+                                            "continuation": r["text"][r["completion_start"]:]}) + "\n"
+                                for r in records))
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "completion_nll.yaml").write_text(
@@ -83,14 +84,16 @@ def test_nll_equals_lm_eval_loglikelihood(tmp_path, demo_pools, tiny_checkpoint)
 
 def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint):
     first = run_score(tmp_path / "a", demo_pools, tiny_checkpoint)
-    assert first.num_scored == len({r["id"] for f in pools.pool_files(demo_pools.pools_dir).values() for r in read_records(f)})
+    pool_ids = {r["id"] for f in pools.pool_files(demo_pools.pools_dir).values() for r in read_records(f)}
+    assert first.num_scored == len(pool_ids)
     scores = read_records(first.scores_path)
     assert all(s["nll"] > 0 and s["completion_tokens"] > 0 for s in scores)
     selected = read_records(first.selected_path)
     assert {p for r in selected for p in r["pools"]} <= {"tool_use", "proof", "multi_turn"}
-    for name, counts in first.metrics["per_pool"].items():
+    for counts in first.metrics["per_pool"].values():
         assert 0 < counts["selected"] <= counts["candidates"]
-    before = (tmp_path / "a" / "scores.parquet").read_bytes(), (tmp_path / "a" / "selected.parquet").read_bytes()
+    before = ((tmp_path / "a" / "scores.parquet").read_bytes(),
+              (tmp_path / "a" / "selected.parquet").read_bytes())
     # A killed run: one chunk lost its output and receipt; the re-run scores only that chunk.
     work = next((tmp_path / "a" / "work").iterdir())
     (work / "receipts" / "chunk_00001.json").unlink()
@@ -98,7 +101,8 @@ def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint):
     again = run_score(tmp_path / "a", demo_pools, tiny_checkpoint)
     assert again.metrics["chunks_resumed"] == again.metrics["chunks"] - 1
     assert again.digest == first.digest
-    assert ((tmp_path / "a" / "scores.parquet").read_bytes(), (tmp_path / "a" / "selected.parquet").read_bytes()) == before
+    after = ((tmp_path / "a" / "scores.parquet").read_bytes(), (tmp_path / "a" / "selected.parquet").read_bytes())
+    assert after == before
 
 
 def test_select_by_score_rules():
@@ -148,7 +152,8 @@ def test_embed_select_keeps_a_diverse_subset(tmp_path, scored):
     from nemotron.data_prep.post_training.selection import behaviour_signature
 
     assert len({behaviour_signature(r["messages"]) for r in selected}) >= 2
-    again = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "again", target_size=5))
+    again = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "again",
+                                                  target_size=5))
     assert again.digest == chosen.digest
 
 
@@ -162,7 +167,8 @@ def test_collapsed_view_and_nan_embeddings_stop_the_step(tmp_path, scored):
     from nemotron.recipes.post_training_data import embed_select
 
     with pytest.raises(NemotronError, match="embedding view is collapsed"):
-        embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "a", min_unique_share=1.01))
+        embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "a",
+                                              min_unique_share=1.01))
     broken = tmp_path / "broken"  # a real encoder folder whose weights hold NaN: MiniLM's tokenizer, a NaN BERT
     broken.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):

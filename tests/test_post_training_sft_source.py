@@ -44,5 +44,6 @@ def test_stage1_data_curation_takes_the_selection_as_its_chat_source(selected, t
     assert dataset.metrics["conversations_read"] == {"selected": len(records) - 10}
     sources = {c["source"].split("/")[1] for split in ("train", "valid", "test")
                for c in read_conversations(getattr(dataset, f"{split}_conversations"))}
-    assert sources <= {"math", "proofs", "science", "chat", "agentic"} and "math" in sources  # agentic: the tool-free chats
+    # agentic: the tool-free chats
+    assert sources <= {"math", "proofs", "science", "chat", "agentic"} and "math" in sources
     assert any(ref.type == "source" and ref.path.endswith("selected.parquet") for ref in dataset.inputs)

@@ -90,7 +90,8 @@ def test_qa_pairs_validate_and_format_into_training_text():
     from pydantic import TypeAdapter
 
     with pytest.raises(ValueError, match="choices"):  # multiple choice without choices
-        TypeAdapter(QAPair).validate_python({"question": "Who?", "answer": "Hamlet", "question_type": "multiple_choice"})
+        TypeAdapter(QAPair).validate_python({"question": "Who?", "answer": "Hamlet",
+                                             "question_type": "multiple_choice"})
     with pytest.raises(ValueError, match="at least 3"):
         DiverseQA.model_validate({"pairs": [{"question": "Q", "answer": "A", "question_type": "open_ended"}] * 2})
     schema = DiverseQA.model_json_schema()  # the rule is in the schema, so the grammar enforces it
@@ -152,7 +153,8 @@ def test_compute_bill_arithmetic():
     assert total["dense-8B"]["flops"] == 2 * 8e9 * 2000 and total["moe-30B-A3B"]["flops"] == 2 * 3e9 * 2000
     assert total["dense-8B"]["gpu_hours"] == pytest.approx(2 * 8e9 * 2000 / (1e15 * 0.5) / 3600)
     assert total["dense-8B"]["projected_gpu_hours"]["1000x"] == pytest.approx(1000 * total["dense-8B"]["gpu_hours"])
-    assert bill["rephrasers"]["dense-8B"]["bf16_weight_gb"] == 16 and bill["rephrasers"]["moe-30B-A3B"]["bf16_weight_gb"] == 60
+    assert bill["rephrasers"]["dense-8B"]["bf16_weight_gb"] == 16
+    assert bill["rephrasers"]["moe-30B-A3B"]["bf16_weight_gb"] == 60
     assert cost.critical_batch_size(989e12, 3.35e12) == pytest.approx(295.2, abs=0.1)
     assert cost.effective_mfu(1e9, 100, 1e12) == pytest.approx(0.2)
     assert "moe-30B-A3B" in cost.format_bill(bill)
@@ -194,4 +196,5 @@ def test_a_torn_last_line_is_cut_off(tmp_path):
 
 def test_strategy_dataclass_is_the_extension_point():
     custom = Strategy("haiku", "Write a haiku about {{ title }}.")
-    assert render(custom, {"id": "1", "text": "", "title": "the sea"}, 10)[1]["content"] == "Write a haiku about the sea."
+    rendered = render(custom, {"id": "1", "text": "", "title": "the sea"}, 10)
+    assert rendered[1]["content"] == "Write a haiku about the sea."

@@ -55,7 +55,8 @@ def test_every_config_field_has_the_docstring_help_shows(path):
 
 def imported_modules(importtime_stderr: str) -> set[str]:
     """Module names from `python -X importtime` output ("import time: self | cumulative | name")."""
-    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines() if line.startswith("import time:")}
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:")}
 
 
 @pytest.mark.slow

@@ -224,7 +224,8 @@ def test_checkpoint_folder_is_a_self_contained_hugging_face_model(tmp_path):
     model = small_model()
     optimizer = build_optimizer(model, lr=1e-3)
     folder = save_checkpoint(
-        tmp_path / "run", 50, model, optimizer, None, data_state={}, tokenizer=AutoTokenizer.from_pretrained(tokenizer_dir)
+        tmp_path / "run", 50, model, optimizer, None, data_state={},
+        tokenizer=AutoTokenizer.from_pretrained(tokenizer_dir),
     )
     assert folder.name == "step_000050"
     assert AutoTokenizer.from_pretrained(folder).eos_token == "</s>"
@@ -332,7 +333,8 @@ def test_two_processes_under_torchrun_average_with_gloo(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)]
     assert lines == ["0 2 True 0.5 10.0", "1 2 False 0.5 10.0"]
@@ -367,7 +369,8 @@ cleanup()
 def test_leaving_a_ddp_process_group_never_deadlocks(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(LEAVE_WORKER)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), "200"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), "200"]
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:

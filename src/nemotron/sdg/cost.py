@@ -64,7 +64,8 @@ def bill(tokens_by_strategy: dict[str, dict[str, int]], documents: int, *,
          peak_flops: float = H100_BF16_FLOPS, mfu: float = SERVING_MFU) -> dict:
     """The bill of this run's measured tokens ({strategy: {"prompt_tokens", "completion_tokens"}})."""
     rows = dict(tokens_by_strategy)
-    rows["total"] = {key: sum(t[key] for t in tokens_by_strategy.values()) for key in ("prompt_tokens", "completion_tokens")}
+    rows["total"] = {key: sum(t[key] for t in tokens_by_strategy.values())
+                     for key in ("prompt_tokens", "completion_tokens")}
     out: dict = {"documents": documents, "peak_flops": peak_flops, "mfu": mfu,
                  "assumptions": f"2 x active params FLOPs per token (prompt + completion); {mfu:.0%} MFU of "
                                 f"{peak_flops / 1e12:.0f} TFLOP/s bf16 (H100 SXM); bf16 weights",
@@ -77,7 +78,8 @@ def bill(tokens_by_strategy: dict[str, dict[str, int]], documents: int, *,
         for r in rephrasers:
             run_flops = flops(r.active_params, total_tokens)
             entry[r.name] = {"flops": run_flops, "gpu_hours": gpu_hours(run_flops, peak_flops, mfu),
-                             "projected_gpu_hours": {f"{x}x": gpu_hours(run_flops * x, peak_flops, mfu) for x in PROJECTIONS}}
+                             "projected_gpu_hours": {f"{x}x": gpu_hours(run_flops * x, peak_flops, mfu)
+                                                     for x in PROJECTIONS}}
         out["strategies"][name] = entry
     out["critical_batch_size_h100_bf16"] = critical_batch_size(H100_BF16_FLOPS, H100_BANDWIDTH)
     return out

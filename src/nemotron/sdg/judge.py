@@ -16,7 +16,8 @@ from pydantic import BaseModel, Field
 
 RUBRIC = {
     "coherence": "1 = fragments or nonsense; 3 = readable with lapses; 5 = fluent, well organized prose",
-    "faithfulness": "1 = contradicts or invents facts; 3 = mostly faithful with errors; 5 = every claim is in the original",
+    "faithfulness": ("1 = contradicts or invents facts; 3 = mostly faithful with errors; "
+                     "5 = every claim is in the original"),
     "information_density": "1 = empty or repetitive; 3 = some substance; 5 = dense with the original's information",
 }
 CRITERIA = tuple(RUBRIC)

@@ -58,7 +58,8 @@ def _mean(values) -> float | None:
 
 
 def format_table(table: dict[str, dict]) -> str:
-    columns = ["records", "ppl_original", "ppl_rephrased", *(f"judge_{c}" for c in CRITERIA), "output_input_token_ratio"]
+    columns = ["records", "ppl_original", "ppl_rephrased", *(f"judge_{c}" for c in CRITERIA),
+               "output_input_token_ratio"]
     short = {"output_input_token_ratio": "out/in", "judge_information_density": "judge_density"}
     header = f"{'strategy':<20}" + "".join(f" {short.get(c, c):>16}" for c in columns)
     lines = [header, "-" * len(header)]

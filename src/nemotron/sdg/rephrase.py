@@ -13,8 +13,9 @@ temperature, max tokens, templates, seed-text cut): change one and the run start
 of mixing answers of two settings.
 
 A row of the output: `id` (`<seed id>/<strategy>`), `seed_id`, `strategy`, `text` (training text:
-free text trimmed, structured QA formatted), `original` (the seed text as the model saw it), `output` (the model's raw answer), `model` (the
-endpoint alias), `prompt_tokens`, `completion_tokens`, and after `judge` the `judge_*` columns.
+free text trimmed, structured QA formatted), `original` (the seed text as the model saw it), `output`
+(the model's raw answer), `model` (the endpoint alias), `prompt_tokens`, `completion_tokens`, and after
+`judge` the `judge_*` columns.
 Rows are sorted by id: the file's bytes do not depend on the order answers arrived in.
 """
 
@@ -104,7 +105,8 @@ class Rephraser:
                 empty += 1
                 continue
             rows.append({"id": key, "seed_id": record["seed_id"], "strategy": record["strategy"], "text": text,
-                         "original": originals[record["seed_id"]], "output": record["text"], "model": self.client.endpoint.alias,
+                         "original": originals[record["seed_id"]], "output": record["text"],
+                         "model": self.client.endpoint.alias,
                          "prompt_tokens": record["prompt_tokens"], "completion_tokens": record["completion_tokens"]})
         return Generated(rows, run.failed, run.requested, empty)
 
@@ -140,7 +142,8 @@ def judge(client: Client, rows: list[dict[str, Any]], work_dir: Path, *,
             stale.unlink()
     run = run_jobs(client, jobs, path, desc="judge")
     judged = [{**row, **flat_scores((run.records.get(row["id"]) or {}).get("parsed"))} for row in rows]
-    tokens = {key: sum(record[key] for record in run.records.values()) for key in ("prompt_tokens", "completion_tokens")}
+    tokens = {key: sum(record[key] for record in run.records.values())
+              for key in ("prompt_tokens", "completion_tokens")}
     return judged, run.failed, tokens
 
 

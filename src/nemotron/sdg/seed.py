@@ -73,7 +73,8 @@ def _read_jsonl_records(root: Path) -> tuple[list[Path], dict[str, dict]]:
             except json.JSONDecodeError as error:
                 raise NemotronError(f"{file}:{number}: not JSON ({error.msg}); fix the line") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str) or "id" not in record:
-                raise NemotronError(f"{file}:{number}: a seed record needs an 'id' and a string 'text' (Curator's shape)")
+                raise NemotronError(
+                    f"{file}:{number}: a seed record needs an 'id' and a string 'text' (Curator's shape)")
             key = str(record["id"])
             if key in records:
                 raise NemotronError(f"{file}:{number}: duplicate id {key!r}; seed ids must be unique")

@@ -121,7 +121,8 @@ def _load_hf(source: Source) -> Any:
         return datasets.load_dataset(name, config or None, split=source.split)
     except Exception as error:  # datasets raises many types: offline, missing split, bad files
         first_line = (str(error).splitlines() or [""])[0][:200]
-        raise NemotronError(f"cannot load {source.location} split {source.split!r} ({type(error).__name__}: {first_line}); "
+        raise NemotronError(f"cannot load {source.location} split {source.split!r} "
+                            f"({type(error).__name__}: {first_line}); "
                             "check the name, or that it is in the local datasets cache (offline)") from error
 
 
@@ -299,7 +300,8 @@ def finalize_normalize(plan: NormalizePlan, output_dir: Path, records_per_file: 
     for dataset in sorted({d for d, _ in by_split}):
         splits = {split: records for (d, split), records in sorted(by_split.items()) if d == dataset}
         counts[dataset] = {split: len(records) for split, records in splits.items()}
-        sources = sorted({f"{s.family}={Path(s.location).name}#{s.split}" for s in plan.sources if s.dataset == dataset})
+        sources = sorted({f"{s.family}={Path(s.location).name}#{s.split}"
+                          for s in plan.sources if s.dataset == dataset})
         card = dataset_card(dataset, counts[dataset], dict(removed[dataset]), sources, list(splits))
         dataset_dirs.append(_write_dataset(Path(output_dir) / dataset, splits, records_per_file, card))
     return NormalizeResult(dataset_dirs, counts, dict(sorted(total.items())), read)

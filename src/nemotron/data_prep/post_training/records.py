@@ -4,14 +4,16 @@ NVIDIA's post-training sets share OpenAI-style `messages` (role, content, `reaso
 `tool_calls`, tool `tool_call_id`) but each family keeps its own signals beside them. A reader
 turns one raw record into one normalized record, or raises `Rejected(reason, detail)`:
 
-| family   | real set (shape)                          | correctness signal (`meta_correctness_source`)       |
-|----------|-------------------------------------------|------------------------------------------------------|
-| math     | Nemotron-Math-v2 (`problem`, `expected_answer`, `metadata` pass rates) | boxed answer == `expected_answer` (`answer_match`) |
-| proofs   | Nemotron-Math-Proofs-v1 (`messages: []` when unproved) | a proof is present = Lean-verified (`lean_verified`) |
-| science  | Nemotron-Science-v1 (MCQ / RQA)           | the answer is boxed, a letter for MCQ (`boxed_answer_format`) |
-| agentic  | Nemotron-Agentic-v1 (`tools`, tool calls) | rows were kept by an LLM judge (`judge_filtered`)    |
-| chat     | Instruction-Following-Chat-v1; legacy Post-Training v1/v2 (`<think>` in content, `metadata` JSON string) | IFEval/IFBench verifiers filtered the rows (`verifier_filtered`); legacy: `expected_answer` match |
-| harmony  | records that already hold a Harmony `text` | an optional `meta_correctness` field                |
+family: real set (shape) -> correctness signal (`meta_correctness_source`)
+- math: Nemotron-Math-v2 (`problem`, `expected_answer`, `metadata` pass rates)
+  -> boxed answer == `expected_answer` (`answer_match`)
+- proofs: Nemotron-Math-Proofs-v1 (`messages: []` when unproved) -> a proof is present = Lean-verified
+  (`lean_verified`)
+- science: Nemotron-Science-v1 (MCQ / RQA) -> the answer is boxed, a letter for MCQ (`boxed_answer_format`)
+- agentic: Nemotron-Agentic-v1 (`tools`, tool calls) -> rows were kept by an LLM judge (`judge_filtered`)
+- chat: Instruction-Following-Chat-v1; legacy Post-Training v1/v2 (`<think>` in content, `metadata` JSON
+  string) -> IFEval/IFBench verifiers filtered the rows (`verifier_filtered`); legacy: `expected_answer` match
+- harmony: records that already hold a Harmony `text` -> an optional `meta_correctness` field
 
 Mapping to Harmony (the `text`): a Harmony system message (reasoning effort: the Math-v2 split name
 high/medium/low, `reasoning: "off"` -> low, otherwise medium); the record's system prompt and its
@@ -211,7 +213,8 @@ def _signals(family: str, raw: dict, split: str, final: str) -> tuple[float | No
             return float(answer is not None and _same_answer(answer, expected)), "answer_match", str(domain)
         return (1.0, "verifier_filtered", str(domain)) if "capability_target" in raw else (None, "none", str(domain))
     correctness = raw.get("meta_correctness")
-    return (float(correctness) if isinstance(correctness, (int, float)) else None), "given", str(raw.get("meta_domain", "unknown"))
+    value = float(correctness) if isinstance(correctness, (int, float)) else None
+    return value, "given", str(raw.get("meta_domain", "unknown"))
 
 
 def _tools(raw: dict) -> list:

@@ -49,9 +49,11 @@ COLUMN_DOCS = {
     "dataset": "the dataset (tag) the record came from, e.g. math, agentic",
     "split": "the source split, e.g. medium, tool_calling, MCQ",
     "source_id": "the source record's uuid (or file:line when it has none)",
-    "completion_start": "character offset in `text` where the completion (first assistant message after the last user turn) starts",
+    "completion_start": ("character offset in `text` where the completion (first assistant message after the last "
+                         "user turn) starts"),
     "meta_correctness": "0..1 from the family's correctness signal; null when the family has none",
-    "meta_correctness_source": "answer_match, pass_rate, lean_verified, boxed_answer_format, judge_filtered, verifier_filtered, given, none",
+    "meta_correctness_source": ("answer_match, pass_rate, lean_verified, boxed_answer_format, judge_filtered, "
+                                "verifier_filtered, given, none"),
     "meta_difficulty_bin": "low / medium / high (rule in nemotron.data_prep.post_training.records)",
     "meta_difficulty_source": "pass_rate (math metadata) or completion_chars (length proxy)",
     "meta_pass_rate": "mean accuracy over the Math-v2 reason_* regimes, null elsewhere",
@@ -86,7 +88,8 @@ def read_records(paths: list[Path] | Path) -> list[dict[str, Any]]:
         try:
             records.extend(pq.read_table(path).to_pylist())
         except (OSError, pa.ArrowInvalid) as error:
-            raise NemotronError(f"{path}: not a readable Parquet file ({error}); re-run the step that wrote it") from None
+            raise NemotronError(
+                f"{path}: not a readable Parquet file ({error}); re-run the step that wrote it") from None
     return records
 
 
@@ -97,7 +100,8 @@ def split_files(dataset_dir: Path) -> dict[str, list[Path]]:
         if data.is_dir() else {}
 
 
-def dataset_card(tag: str, counts: dict[str, int], removed: dict[str, int], sources: list[str], splits: list[str]) -> str:
+def dataset_card(tag: str, counts: dict[str, int], removed: dict[str, int], sources: list[str],
+                 splits: list[str]) -> str:
     """The README.md of one normalized dataset: YAML header for the Hub, schema, counts, removals."""
     configs = "".join(f"  - split: {split}\n    path: data/{split}/*.parquet\n" for split in sorted(splits))
     lines = [

@@ -55,7 +55,10 @@ def behaviour_signature(messages: list[dict[str, Any]]) -> str:
     for message in messages[last_user + 1:]:
         if message["role"] != "assistant":
             continue
-        step = f"call:{message['recipient'].removeprefix('functions.')}" if message.get("recipient") else message["channel"]
+        if message.get("recipient"):
+            step = f"call:{message['recipient'].removeprefix('functions.')}"
+        else:
+            step = message["channel"]
         if not steps or steps[-1] != step:
             steps.append(step)
     return " > ".join(steps)

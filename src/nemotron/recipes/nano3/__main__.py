@@ -61,7 +61,8 @@ def main(config: Config) -> dict:
     if config.scale == "full":
         raise NemotronError("--scale full is the published 31.6B Nemotron 3 Nano: no CPU trains it and this pipeline "
                             "does not chain the Megatron-Bridge hand-offs; run the steps one by one (stage-0 and "
-                            "stage-1 training write run folders, README 'Going bigger'), or use --scale tiny|small|medium")
+                            "stage-1 training write run folders, README 'Going bigger'), "
+                            "or use --scale tiny|small|medium")
     shared = dict(scale=config.scale, seed=config.seed, force=config.force)
     pretrain = stage0.main(replace(config.stage0, output_dir=config.output_dir / "stage0_pretrain", **shared))
     stage1_config = config.stage1

@@ -102,11 +102,13 @@ def exact_match(metrics: dict[str, Any]) -> list[str]:
 def rl_table(metrics: dict[str, Any]) -> list[str]:
     k, n = metrics.get("samples_per_problem", 1), metrics["num_problems"]
     lines = ["| | SFT | RL |", "|---|---|---|",
-             f"| held-out reward ({k} samples per question) | {fmt(metrics['sft_reward'])} | {fmt(metrics['rl_reward'])} |",
+             f"| held-out reward ({k} samples per question) | {fmt(metrics['sft_reward'])} | "
+             f"{fmt(metrics['rl_reward'])} |",
              f"| exact match (greedy) | {fmt(metrics['sft_exact_match'])} ± {fmt(metrics['sft_exact_match_stderr'])} | "
              f"{fmt(metrics['rl_exact_match'])} ± {fmt(metrics['rl_exact_match_stderr'])} |"]
     verdict = "above" if metrics["gain_above_two_stderr"] else "not above"
-    lines.append(f"\nHeld-out reward gain RL - SFT: {fmt(metrics['reward_gain'])} ± {fmt(metrics['reward_gain_stderr'])} "
+    lines.append(f"\nHeld-out reward gain RL - SFT: {fmt(metrics['reward_gain'])} ± "
+                 f"{fmt(metrics['reward_gain_stderr'])} "
                  f"(paired, {n} held-out problems): {verdict} two standard errors.")
     if "greedy_reward_gain" in metrics:
         lines.append(f"Greedy reward gain: {fmt(metrics['greedy_reward_gain'])} ± "

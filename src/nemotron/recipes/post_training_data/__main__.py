@@ -62,12 +62,14 @@ def main(config: Config) -> dict:
 
     dataset = run_step(normalize.main, replace(config.normalize, output_dir=out / "normalize", **shared),
                        PostTrainingDataset, force=config.force)
-    candidates = run_step(pools.main, replace(config.pools, dataset_path=dataset.path, output_dir=out / "pools", **shared),
+    candidates = run_step(pools.main,
+                          replace(config.pools, dataset_path=dataset.path, output_dir=out / "pools", **shared),
                           CandidatePools, inputs=[dataset], force=config.force)
     scored = run_step(score.main, replace(config.score, pools_path=candidates.path, output_dir=out / "score", **shared),
                       ScoredSelection, inputs=[candidates], force=config.force)
     selected = run_step(embed_select.main,
-                        replace(config.embed_select, scored_path=scored.path, output_dir=out / "embed_select", **shared),
+                        replace(config.embed_select, scored_path=scored.path, output_dir=out / "embed_select",
+                                **shared),
                         DiverseSelection, inputs=[scored], force=config.force)
     return {a.type: a for a in (dataset, candidates, scored, selected)}
 

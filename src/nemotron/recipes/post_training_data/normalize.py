@@ -18,7 +18,8 @@ Units of work are receipted under `<output_dir>/work/`, so a killed run resumes;
 depend on `--workers`.
 
     python -m nemotron.recipes.post_training_data.normalize --scale tiny
-    python -m nemotron.recipes.post_training_data.normalize --sources math=medium.jsonl agentic=hf:nvidia/Nemotron-Agentic-v1#tool_calling
+    python -m nemotron.recipes.post_training_data.normalize \\
+        --sources math=medium.jsonl agentic=hf:nvidia/Nemotron-Agentic-v1#tool_calling
     python -m nemotron.recipes.post_training_data.normalize | python -m nemotron.recipes.post_training_data.pools
 """
 

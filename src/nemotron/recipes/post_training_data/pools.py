@@ -56,7 +56,8 @@ def main(config: Config) -> CandidatePools:
     started = time.perf_counter()
     load_pool_modules(config.pool_modules)
     pools = resolve_pools(config.pools)
-    records = [r for folder in dataset.dataset_dirs for files in split_files(folder).values() for r in read_records(files)]
+    records = [r for folder in dataset.dataset_dirs
+               for files in split_files(folder).values() for r in read_records(files)]
     cap = apply_scale(FULL_POOL_SIZE, config.scale)
 
     out = config.output_dir

@@ -120,11 +120,13 @@ def main(config: Config) -> ScoredSelection:
                     text, split = records[record_id]["text"], records[record_id]["completion_start"]
                     prompt_ids, completion_ids = encode_pair(tokenizer, text[:split], text[split:])
                     rows.append({"id": record_id, "prompt_tokens": len(prompt_ids),
-                                 "completion_tokens": len(completion_ids), "fits": len(prompt_ids) + len(completion_ids) <= context})
+                                 "completion_tokens": len(completion_ids),
+                                 "fits": len(prompt_ids) + len(completion_ids) <= context})
                 scorable = [r for r in rows if r["fits"]]
                 requests = [(records[r["id"]]["text"][:records[r["id"]]["completion_start"]],
                              records[r["id"]]["text"][records[r["id"]]["completion_start"]:]) for r in scorable]
-                for row, (logprob, count) in zip(scorable, loglikelihood(model, tokenizer, requests, batch_size=config.batch_size)):
+                likelihoods = loglikelihood(model, tokenizer, requests, batch_size=config.batch_size)
+                for row, (logprob, count) in zip(scorable, likelihoods):
                     row["nll"] = -logprob / count
                 scores = [{"id": r["id"], "nll": r.get("nll"), "completion_tokens": r["completion_tokens"],
                            "prompt_tokens": r["prompt_tokens"]} for r in rows]

@@ -140,7 +140,8 @@ class Config:
     blend_path: Path | None = None
     """A JSON data blend; default: Shakespeare, one document per scene, split 90/5/5 by document id."""
     vocab_size: int | None = None
-    """BPE vocabulary size; default per scale (tokenizer.VOCAB_SIZES: tiny 4096, small 8192, medium 32768, full 131072)."""
+    """BPE vocabulary size; default per scale (tokenizer.VOCAB_SIZES: tiny 4096, small 8192, medium 32768,
+    full 131072)."""
     near_duplicate_threshold: float = 0.8
     """Estimated Jaccard similarity at which a later document counts as a near duplicate."""
     num_shards: int = 4
@@ -245,7 +246,8 @@ def main(config: Config) -> PretrainDataset:
         metrics={
             **counts,
             "curation_reused": curation_reused,
-            "removed_empty_at_tokenization": sum(s["records"] - s["documents"] for r in runs.values() for s in r.shards),
+            "removed_empty_at_tokenization": sum(s["records"] - s["documents"]
+                                                 for r in runs.values() for s in r.shards),
             "documents": {split: r.documents for split, r in runs.items()},
             "tokens": {split: r.tokens for split, r in runs.items()},
             "tokenizer_reused": tokenizer_reused,

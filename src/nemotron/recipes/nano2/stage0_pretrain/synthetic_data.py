@@ -159,7 +159,8 @@ def main(config: Config) -> SyntheticDataset:
             "requests_sent": generated.requested,
             "tokens": bill["strategies"]["total"]["tokens"],
             "throughput": throughput,
-            "bill_total_gpu_hours": {name: bill["strategies"]["total"][name]["gpu_hours"] for name in bill["rephrasers"]},
+            "bill_total_gpu_hours": {name: bill["strategies"]["total"][name]["gpu_hours"]
+                                     for name in bill["rephrasers"]},
             "wall_seconds": time.perf_counter() - started,
         },
     ).save()
@@ -179,8 +180,8 @@ def measure(client: Client, config: Config, served: dict) -> dict:
     sequential = measure_throughput(client, messages, requests=n, concurrency=1, max_tokens=config.measure_max_tokens)
     concurrent = measure_throughput(client, messages, requests=n, concurrency=client.endpoint.max_parallel_requests,
                                     max_tokens=config.measure_max_tokens)
-    result = {"sequential": sequential, "concurrent": concurrent,
-              "speedup_tokens_per_second": concurrent["total_tokens_per_second"] / sequential["total_tokens_per_second"]}
+    speedup = concurrent["total_tokens_per_second"] / sequential["total_tokens_per_second"]
+    result = {"sequential": sequential, "concurrent": concurrent, "speedup_tokens_per_second": speedup}
     params = (served.get("nemotron") or {}).get("parameters")
     if params:  # our server reports its parameter count; a dense model: every parameter is active
         result["active_params"] = params
@@ -188,8 +189,10 @@ def measure(client: Client, config: Config, served: dict) -> dict:
         for name in ("sequential", "concurrent"):
             result[f"effective_mfu_{name}"] = cost.effective_mfu(params, result[name]["total_tokens_per_second"],
                                                                  config.peak_flops)
-    print(f"synthetic_data: throughput {n} requests: sequential {sequential['decode_tokens_per_second']:.1f} decode tok/s, "
-          f"{client.endpoint.max_parallel_requests} concurrent {concurrent['decode_tokens_per_second']:.1f} decode tok/s "
+    print(f"synthetic_data: throughput {n} requests: "
+          f"sequential {sequential['decode_tokens_per_second']:.1f} decode tok/s, "
+          f"{client.endpoint.max_parallel_requests} concurrent "
+          f"{concurrent['decode_tokens_per_second']:.1f} decode tok/s "
           f"({result['speedup_tokens_per_second']:.2f}x)", file=sys.stderr)
     return result
 

@@ -7,10 +7,12 @@ rephrases under the reference LM, mean judge scores (coherence, faithfulness, in
 1-5), and the output/input token ratio. The table is also printed on stderr.
 
 The original is the seed text as the rephraser saw it (cut to `max_seed_chars`; the `original`
-column), so both sides of a pair describe the same text. The reference LM is SmolLM2-135M (offline) or any local model folder (`--reference-model`).
+column), so both sides of a pair describe the same text. The reference LM is SmolLM2-135M (offline) or
+any local model folder (`--reference-model`).
 
     python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_quality --synthetic-path runs/.../synthetic_data
-    python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_data | python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_quality
+    python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_data \\
+        | python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_quality
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ Input: a `PretrainDataset` (`--dataset-path`, `--dataset-artifact`, or stdin). O
 `metrics.jsonl`, `checkpoints/step_*` for resume).
 
     python -m nemotron.recipes.nano2.stage0_pretrain.training --scale tiny --dataset-path runs/.../data_curation
-    python -m nemotron.recipes.nano2.stage0_pretrain.data_curation | python -m nemotron.recipes.nano2.stage0_pretrain.training
+    python -m nemotron.recipes.nano2.stage0_pretrain.data_curation \\
+        | python -m nemotron.recipes.nano2.stage0_pretrain.training
     torchrun --nproc_per_node 2 -m nemotron.recipes.nano2.stage0_pretrain.training --dataset-path ...
 
 Supports:

@@ -7,8 +7,9 @@ that stage-1 evaluation and stage-2 preference data need. In order:
 1. Gather conversations: the offline chatterbot corpus (~2,000 chats, 21 categories) plus any extra
    JSONL pools (`--extra-pool-path a.jsonl b.jsonl`, OpenAI `messages` or ShareGPT `conversations`
    format, normalized by `nemotron.data_prep.transforms`), and a post-training selection
-   (`--selected-path selected.parquet`, records with tool calls counted and skipped). Scale caps how many are read (tiny:
-   10,000, which covers chatterbot whole; for this corpus scale governs steps and model size, not data).
+   (`--selected-path selected.parquet`, records with tool calls counted and skipped). Scale caps how
+   many are read (tiny: 10,000, which covers chatterbot whole; for this corpus scale governs steps and
+   model size, not data).
 2. Validate (known roles, non-blank turns, user first, assistant last) and exact-dedup; chatterbot
    repeats many Q/A pairs verbatim, so dedup removes more than half of it. Rejects are counted by reason.
 3. Split train/valid/test by a seeded hash of each conversation id, then move every question (the
@@ -139,7 +140,8 @@ def main(config: Config) -> SFTDataset:
         pools.append(("selected", pool))
         sources.append(source_ref(config.selected_path))
     if not pools:
-        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl or --selected-path")
+        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl "
+                            "or --selected-path")
     gathered = [conversation for _, pool in pools for conversation in pool]
     conversations = gathered[: apply_scale(FULL_CONVERSATIONS, config.scale)]
     scale_limit_dropped = len(gathered) - len(conversations)

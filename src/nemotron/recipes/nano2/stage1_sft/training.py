@@ -125,7 +125,8 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     train_rows, valid_rows = read_packed(dataset.train_packed), read_packed(dataset.valid_packed)
     rows = train_rows + valid_rows
     check_fits(ModelLimits.from_folder(base.model_dir), where=str(dataset.path),
-               largest_id=max(int(row.input_ids.max()) for row in rows), longest=max(len(row.input_ids) for row in rows),
+               largest_id=max(int(row.input_ids.max()) for row in rows),
+               longest=max(len(row.input_ids) for row in rows),
                fix="re-run data curation from this checkpoint (its tokenizer, a --pack-size within its context)")
     model = training.load_model(base.model_dir)
     forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun

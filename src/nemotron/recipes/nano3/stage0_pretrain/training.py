@@ -32,11 +32,11 @@ At `--scale full` (31.6B parameters: no CPU trains it) or with `--engine megatro
 not train: like nano2's, it writes a Megatron-Bridge run folder for the recipe
 `nemotron_3_nano_pretrain_8gpu_h100_bf16_config` (`nemotron.training.megatron_bridge`, family nano3),
 filled from the dataset and these settings, and launches it (`--dry-run`: prints it) with `--data-root`,
-`--nodes`, `--gpus-per-node`; its artifact is a `MegatronBridgeRun`, the input of stage-1 SFT at scale. The run folder sets our model shape
-(at full: the recipe's own, 128 experts, top-6), the load balancing of `--aux-loss-coeff` and
-`--bias-update-rate` (Megatron's moe_aux_loss_coeff, moe_router_bias_update_rate), and the recipe's
-parallelism at full: expert parallel 8 (16 experts per GPU), tensor parallel 1, so the GPU count must be
-a multiple of 8. The schedule is carried over (`--schedule wsd` becomes Megatron's WSD, linear anneal).
+`--nodes`, `--gpus-per-node`; its artifact is a `MegatronBridgeRun`, the input of stage-1 SFT at scale.
+The run folder sets our model shape (at full: the recipe's own, 128 experts, top-6), the load balancing
+of `--aux-loss-coeff` and `--bias-update-rate` (Megatron's moe_aux_loss_coeff, moe_router_bias_update_rate),
+and the recipe's parallelism at full: expert parallel 8 (16 experts per GPU), tensor parallel 1, so the GPU
+count must be a multiple of 8. The schedule is carried over (`--schedule wsd` becomes Megatron's WSD, linear anneal).
 
     python -m nemotron.recipes.nano3.stage0_pretrain.training --scale full --dataset-path ... \
         --data-root /lustre/team/nemotron --nodes 2 --gpus-per-node 8 --dry-run
