@@ -2,6 +2,7 @@
 # make demo   runs the nano2 recipe end to end at tiny scale (CPU, offline, minutes)
 # make test   runs the whole test suite (CPU, offline): what CI runs
 # make test-fast  the same without the tests marked slow (subprocesses, torchrun, whole recipes)
+# make lint       runs ruff (rules and line length in pyproject.toml): what CI runs after the tests
 # make browser    installs Debian's chromium + chromium-driver (apt) for the chat-page test (CI runs it)
 
 VENV   ?= .venv
@@ -12,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast browser clean
+.PHONY: setup demo test test-fast lint browser clean
 
 setup: $(STAMP)
 
@@ -36,6 +37,9 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples scripts
 
 # The chat page's test drives a real headless Chromium through Selenium (pinned in the test extra);
 # without one it skips and says so. No browser is downloaded at test time: this is the system's package.

@@ -54,7 +54,9 @@ def fixture_records() -> list[dict]:
 RECORDS = fixture_records()
 
 
-# --- seeded random records, beyond the fixtures ---
+# --------------------------------------------------------------------------------------------------
+# seeded random records, beyond the fixtures
+# --------------------------------------------------------------------------------------------------
 
 WORDS = ["alpha", "beta", "x", "2+3", "naïve", "日本", "  ", "\n", "{", "}", "<b>", "tab\t", "\\boxed{4}", "é"]
 
@@ -98,7 +100,9 @@ def random_raw(rng: random.Random) -> dict:
     return {"uuid": str(rng.random()), "messages": messages, "tools": tools, "reasoning": rng.choice(["on", "off"])}
 
 
-# --- the oracle ---
+# --------------------------------------------------------------------------------------------------
+# the oracle
+# --------------------------------------------------------------------------------------------------
 
 
 def jinja(messages: list[dict]) -> tuple[str, list[str]]:
@@ -148,7 +152,9 @@ def tokenizer(tmp_path_factory):
     return load_tokenizer(folder)
 
 
-# --- the tests ---
+# --------------------------------------------------------------------------------------------------
+# the tests
+# --------------------------------------------------------------------------------------------------
 
 
 def test_the_fixtures_cover_every_family_tools_multi_turn_and_both_loss_modes():

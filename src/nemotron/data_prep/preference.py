@@ -232,7 +232,9 @@ def _answer_text(answer: Any, name: str, where: str) -> str:
     return answer
 
 
-# ---- tokenized pairs: what DPO trains on -----------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# tokenized pairs: what DPO trains on
+# --------------------------------------------------------------------------------------------------
 
 
 def answer_ids(tokenizer, answer: str) -> list[int]:

@@ -127,7 +127,9 @@ class Client:
         self._client = openai.OpenAI(base_url=endpoint.url, api_key=resolve_api_key(endpoint),
                                      timeout=endpoint.timeout, max_retries=0)
 
-    # ------------------------------------------------------------------ before a run
+    # ----------------------------------------------------------------------------------------------
+    # before a run
+    # ----------------------------------------------------------------------------------------------
 
     def check(self) -> dict:
         """`GET /v1/models` and one tiny test request; returns the model's entry (with any extra fields)."""
@@ -139,7 +141,9 @@ class Client:
         self.chat([{"role": "user", "content": "Say OK."}], max_tokens=1)
         return served[self.endpoint.model].model_dump()
 
-    # ------------------------------------------------------------------ one request
+    # ----------------------------------------------------------------------------------------------
+    # one request
+    # ----------------------------------------------------------------------------------------------
 
     def chat(self, messages: list[dict], *, schema: type[BaseModel] | None = None,
              max_tokens: int | None = None, seed: int = 0, max_field_chars: int | None = None,
@@ -229,7 +233,9 @@ def _error_message(error: Any) -> str:
     return str(error).splitlines()[0]
 
 
-# ---------------------------------------------------------------------------------- many requests
+# --------------------------------------------------------------------------------------------------
+# many requests
+# --------------------------------------------------------------------------------------------------
 
 @dataclass
 class Job:
@@ -330,7 +336,9 @@ def run_jobs(client: Client, jobs: list[Job], path: Path, *, desc: str = "reques
     return JobsRun(records, len(todo), failed)
 
 
-# ---------------------------------------------------------------------------------- throughput
+# --------------------------------------------------------------------------------------------------
+# throughput
+# --------------------------------------------------------------------------------------------------
 
 def measure_throughput(client: Client, messages: list[dict], *, requests: int, concurrency: int,
                        max_tokens: int) -> dict[str, float]:

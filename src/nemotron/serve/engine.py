@@ -113,7 +113,9 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="nemotron-engine", daemon=True)
         self._thread.start()
 
-    # ------------------------------------------------------------------ API for the HTTP layer
+    # ----------------------------------------------------------------------------------------------
+    # API for the HTTP layer
+    # ----------------------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> Future:
         if not request.prompt_ids:
@@ -143,7 +145,9 @@ class Engine:
                                     f"{str(error).splitlines()[0]}") from None
         return self._grammars[key]
 
-    # ------------------------------------------------------------------ the engine thread
+    # ----------------------------------------------------------------------------------------------
+    # the engine thread
+    # ----------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         while True:

@@ -77,7 +77,9 @@ class TokenWindows:
         self.epoch, self.index = 0, 0
         self._permutation_epoch, self._permutation = -1, np.empty(0, dtype=np.int64)
 
-    # ---- the data state saved in checkpoints ------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
+    # the data state saved in checkpoints
+    # ----------------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """The position of the next batch, plus what it means (to refuse resuming on other data)."""
@@ -100,7 +102,9 @@ class TokenWindows:
                 )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
 
-    # ---- batches --------------------------------------------------------------------------------
+    # ----------------------------------------------------------------------------------------------
+    # batches
+    # ----------------------------------------------------------------------------------------------
 
     def next_batch(self) -> torch.Tensor:
         """This rank's `(batch_size, seq_len + 1)` int64 windows of the next global batch."""

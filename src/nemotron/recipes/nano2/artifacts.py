@@ -34,7 +34,9 @@ class EvaluationResults(Artifact):
     lm_eval_results: ArtifactPath | None = None  # lm_eval_results.json: lm-eval's numbers and per-request scores
 
 
-# ---- stage 0: pretraining ---------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# stage 0: pretraining
+# --------------------------------------------------------------------------------------------------
 
 
 class PretrainDataset(Artifact):
@@ -69,7 +71,9 @@ class PretrainResults(EvaluationResults):
     num_tokens: int = Field(gt=0)  # targets scored
 
 
-# ---- stage 1: supervised fine-tuning ----------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# stage 1: supervised fine-tuning
+# --------------------------------------------------------------------------------------------------
 
 
 class SFTDataset(Artifact):
@@ -106,7 +110,9 @@ class SFTResults(EvaluationResults):
     num_completion_tokens: int = Field(gt=0)
 
 
-# ---- stage 2: preference alignment ------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# stage 2: preference alignment
+# --------------------------------------------------------------------------------------------------
 
 
 class PreferenceDataset(Artifact):
@@ -142,7 +148,9 @@ class DPOResults(EvaluationResults):
     samples_path: ArtifactPath | None = None  # samples.json: [{"prompt", "completion", "sft_completion"}]
 
 
-# ---- stage 0, optional: synthetic pretraining data by rephrasing --------------------------------------
+# --------------------------------------------------------------------------------------------------
+# stage 0, optional: synthetic pretraining data by rephrasing
+# --------------------------------------------------------------------------------------------------
 
 
 class SyntheticDataset(Artifact):

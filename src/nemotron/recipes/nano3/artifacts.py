@@ -47,7 +47,9 @@ class Nano3PretrainResults(Artifact):
     num_tokens: int = Field(gt=0)
 
 
-# ---- stage 1: supervised fine-tuning with reasoning traces ------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# stage 1: supervised fine-tuning with reasoning traces
+# --------------------------------------------------------------------------------------------------
 
 
 class Nano3SFTDataset(Artifact):
@@ -82,7 +84,9 @@ class Nano3SFTResults(Artifact):
     num_problems: int = Field(gt=0)
 
 
-# ---- stage 2: reinforcement learning from verifiable rewards (GRPO) ---------------------------------
+# --------------------------------------------------------------------------------------------------
+# stage 2: reinforcement learning from verifiable rewards (GRPO)
+# --------------------------------------------------------------------------------------------------
 
 
 class Nano3RLCheckpoint(ModelCheckpoint):
