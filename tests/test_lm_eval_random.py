@@ -81,9 +81,9 @@ def check_requests(seeds, peer) -> None:
     model, tokenizer, lm = peer
     requests = {seed: random_request(random.Random(seed)) for seed in seeds}
     for seed, (context, continuation) in list(requests.items()):
-        if context == "":
+        if context.strip() == "":  # empty once lm-eval moves its whitespace: lm-eval uses its prefix token
             with pytest.raises(NemotronError, match="context rendered to no tokens"):
-                loglikelihood(model, tokenizer, [(context, continuation)])
+                loglikelihood(model, tokenizer, [moved_whitespace(context, continuation)])
             del requests[seed]
             continue
         try:
