@@ -31,7 +31,7 @@ STAGE = "nemotron.recipes.nano2.stage0_pretrain"
 
 
 def curate(root: Path, scale: str, plays: set[str]) -> Path:
-    """A small stage-0 dataset (three plays) made by the real data-curation step, at `scale`."""
+    """A small stage-0 dataset of `plays` (three by default) made by the real data-curation step, at `scale`."""
     from nemotron.data_prep.sources import read_shakespeare
 
     scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in plays]

@@ -37,9 +37,9 @@ ONE_THREAD = [f"--{stage}.{step}.num-threads=1" for stage in ("stage0", "stage1"
 QUICK = ["--stage0.data-curation.vocab-size", "1024", *(f"--stage{n}.training.steps=2" for n in range(3)),
          "--stage0.evaluation.benchmark-limit=2", "--stage0.evaluation.max-new-tokens=4",
          "--stage1.evaluation.benchmark-limit=2", "--stage1.evaluation.max-new-tokens=4",
-         "--stage1.evaluation.max-conversations=4", "--stage1.evaluation.num-samples=1",
+         "--stage1.evaluation.max-conversations=16", "--stage1.evaluation.num-samples=1",
          "--stage2.evaluation.benchmark-limit=2", "--stage2.evaluation.max-new-tokens=4",
-         "--stage2.evaluation.max-items=4", "--stage2.evaluation.num-samples=1"]
+         "--stage2.evaluation.max-items=16", "--stage2.evaluation.num-samples=1"]
 
 
 def one_play_blend(folder: Path) -> Path:
