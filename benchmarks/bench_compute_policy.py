@@ -9,6 +9,7 @@ table; re-run it to re-derive the rule on another machine.
 
     python benchmarks/bench_compute_policy.py                 # tiny and small, 20 steps each
     python benchmarks/bench_compute_policy.py --scales tiny --steps 40
+    python benchmarks/bench_compute_policy.py --quick         # one play, tiny, 2 steps per layout
 
 Run it on an idle machine: other busy processes make extra threads spin-wait and skew the ratios
 (the load average is printed first).
@@ -29,11 +30,11 @@ from nemotron.training.compute import allowed_cores
 STAGE = "nemotron.recipes.nano2.stage0_pretrain"
 
 
-def curate(root: Path, scale: str) -> Path:
-    """A small stage-0 dataset (three plays) made by the real data-curation step, at `scale`."""
+def curate(root: Path, scale: str, plays: set[str]) -> Path:
+    """A small stage-0 dataset of `plays` (three by default) made by the real data-curation step, at `scale`."""
     from nemotron.data_prep.sources import read_shakespeare
 
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth", "othello"}]
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in plays]
     (root / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
     (root / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.9, 0.1, 0.0]}))
     subprocess.run([sys.executable, "-m", f"{STAGE}.data_curation", "--blend-path", "blend.json", "--vocab-size",
@@ -58,13 +59,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", nargs="+", default=["tiny", "small"])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="tiny only, one play, 2 steps: checks it runs")
     args = parser.parse_args()
+    plays = {"hamlet", "macbeth", "othello"}
+    if args.quick:
+        args.scales, args.steps, plays = ["tiny"], 2, {"macbeth"}
     cores = allowed_cores()
     layouts = sorted({(1, 1), (1, cores), (cores, 1)} | {(p, cores // p) for p in (2, 4) if cores % p == 0})
     print(f"allowed cores: {cores}; load average: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         for scale in args.scales:
-            dataset = curate(Path(tmp), scale)
+            dataset = curate(Path(tmp), scale, plays)
             print(f"\nnano2 {scale}, global batch 8 windows, {args.steps} steps")
             print(f"{'processes x threads':<22} {'tokens/s':>10} {'vs 1x1':>8}")
             baseline = None

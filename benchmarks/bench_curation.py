@@ -7,9 +7,11 @@ of the cold run, the re-run's seconds, and the ratio re-run / cold (lower is bet
 two artifacts have the same digest. The phases come from the artifact's `seconds_by_phase` metric.
 
     python benchmarks/bench_curation.py [--scale tiny] [--workers N]
+    python benchmarks/bench_curation.py --quick     # one play (Macbeth), a 1,024-token vocabulary
 """
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -19,6 +21,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from nemotron.recipes.nano2.stage0_pretrain.data_curation import Config, main
+
+
+def one_play_blend(folder: Path) -> Path:
+    """A blend of Macbeth's scenes alone: the same pipeline on a 50th of the corpus."""
+    from nemotron.data_prep.sources import read_shakespeare
+
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") == "macbeth"]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.9, 0.1, 0]}))
+    return folder / "blend.json"
 
 
 def timed_run(config: Config):
@@ -31,9 +43,11 @@ if __name__ == "__main__":  # the shard pool spawns processes that re-import thi
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="tiny")
     parser.add_argument("--workers", type=int, default=None, help="default: the step's (1 at tiny)")
+    parser.add_argument("--quick", action="store_true", help="one play, 1,024-token vocabulary: checks it runs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        config = Config(scale=args.scale, workers=args.workers, output_dir=Path(folder) / "data")
+        quick = {"blend_path": one_play_blend(Path(folder)), "vocab_size": 1024} if args.quick else {}
+        config = Config(scale=args.scale, workers=args.workers, output_dir=Path(folder) / "data", **quick)
         cold, cold_seconds = timed_run(config)
         warm, warm_seconds = timed_run(config)
     if cold.digest != warm.digest:

@@ -10,6 +10,7 @@ The load average is printed too: on a machine whose cores are busy with other wo
 wait for descheduled siblings at every op, and the ratio says how much that costs.
 
     python benchmarks/bench_eval_threads.py [--scale tiny] [--repeats 3]
+    python benchmarks/bench_eval_threads.py --quick     # an eighth of the work, timed once
 """
 
 import argparse
@@ -33,16 +34,17 @@ class IdTokenizer:
         return " ".join(map(str, ids))
 
 
-def workloads(vocab_size: int):
+def workloads(vocab_size: int, share: int = 1):
+    """The three kinds of work, divided by `share` (8 in --quick)."""
     g = torch.Generator().manual_seed(0)
-    windows = [torch.randint(5, vocab_size, (257,), generator=g) for _ in range(32)]
-    lengths = torch.randint(20, 121, (256,), generator=g).tolist()
+    windows = [torch.randint(5, vocab_size, (257,), generator=g) for _ in range(32 // share)]
+    lengths = torch.randint(20, 121, (256 // share,), generator=g).tolist()
     chats = [torch.randint(5, vocab_size, (n,), generator=g) for n in lengths]
     prompts = [torch.randint(5, vocab_size, (12,), generator=g).tolist() for _ in range(4)]
     return {
         "held-out windows": lambda m: heldout_loss(m, windows, batch_size=8),
         "chat scoring": lambda m: heldout_loss(m, sorted(chats, key=len), batch_size=8),
-        "greedy generation": lambda m: greedy_samples(m, IdTokenizer(), prompts, 48),
+        "greedy generation": lambda m: greedy_samples(m, IdTokenizer(), prompts, 48 // share),
     }
 
 
@@ -60,14 +62,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", default="tiny", choices=["tiny", "small", "medium"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="an eighth of the work, timed once: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
 
     default_threads = torch.get_num_threads()
     model = build_model(build_config(args.scale, VOCAB_SIZES[args.scale]), seed=0).eval()
     print(f"scale {args.scale}, torch default {default_threads} threads, cores {os.cpu_count()}, "
           f"load average {os.getloadavg()[0]:.2f} (before)", file=sys.stderr)
     print(f"{'work':<20} {'1 thread':>10} {f'{default_threads} threads':>11} {'ratio':>7}")
-    for name, work in workloads(VOCAB_SIZES[args.scale]).items():
+    for name, work in workloads(VOCAB_SIZES[args.scale], 8 if args.quick else 1).items():
         torch.set_num_threads(1)
         one = best_time(work, model, args.repeats)
         torch.set_num_threads(default_threads)

@@ -11,6 +11,7 @@ sequences, i.e. the same tokens. The ratio shows what RL pays for sampling: gene
 one token at a time, while SFT sees every token in one pass. Each is timed `--repeats` times, median.
 
     python benchmarks/bench_grpo_step.py                 # tiny: 4 prompts x 8 completions of 48 tokens
+    python benchmarks/bench_grpo_step.py --quick         # 2 prompts x 2 completions of 8 tokens, once
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--num-threads", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="2 x 2 completions of 8 tokens, once: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.prompts, args.group_size, args.max_new_tokens, args.repeats = 2, 2, 8, 1
     quiet_cuda_kernel_notes()
     torch.set_num_threads(torch_threads(args.num_threads))
 

@@ -15,11 +15,13 @@ the loss ratio. Run it on an otherwise idle machine: each model gets the same wa
 
     python benchmarks/bench_hybrid_vs_transformer.py                     # 120 s each
     python benchmarks/bench_hybrid_vs_transformer.py --seconds 60 --dataset-path runs/nano2/stage0_pretrain/data_curation
+    python benchmarks/bench_hybrid_vs_transformer.py --quick     # 3 s each on one play (Macbeth)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
@@ -50,6 +52,16 @@ def transformer(vocab_size: int) -> LlamaForCausalLM:
     )
     torch.manual_seed(0)
     return LlamaForCausalLM(config)
+
+
+def one_play_blend(folder: Path) -> Path:
+    """A blend of Macbeth's scenes alone (--quick)."""
+    from nemotron.data_prep.sources import read_shakespeare
+
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") == "macbeth"]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.9, 0.1, 0]}))
+    return folder / "blend.json"
 
 
 def train_for(model, train: TokenWindows, seconds: float) -> tuple[int, float, float]:
@@ -86,13 +98,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--dataset-path", type=Path)
     parser.add_argument("--num-threads", type=int)
+    parser.add_argument("--quick", action="store_true", help="3 s each on one play: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds = 3.0
     with tempfile.TemporaryDirectory() as tmp:
         path = args.dataset_path
         if path is None:
             path = Path(tmp) / "data"
+            blend = ["--blend-path", str(one_play_blend(Path(tmp)))] if args.quick else []
             subprocess.run([sys.executable, "-m", "nemotron.recipes.nano2.stage0_pretrain.data_curation",
-                            "--output-dir", str(path)], check=True, capture_output=True)
+                            "--output-dir", str(path), *blend], check=True, capture_output=True)
         dataset = PretrainDataset.from_path(path)
         threads = torch_threads(args.num_threads)
         torch.set_num_threads(threads)

@@ -18,6 +18,7 @@ converting it later) and writes once per 1M tokens. That per-int conversion is t
 (a per-batch `add_documents` API was tried and measured no faster); arrays skip it.
 
     python benchmarks/bench_indexed_writer.py [--documents 200000] [--max-length 256] [--dtype uint16] [--repeat 3]
+    python benchmarks/bench_indexed_writer.py --quick     # 2,000 documents, once
 """
 
 import argparse
@@ -74,7 +75,10 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--dtype", choices=["uint16", "int32"], default="uint16")
     parser.add_argument("--repeat", type=int, default=3, help="runs per writer; the fastest (least CPU) counts")
+    parser.add_argument("--quick", action="store_true", help="2,000 documents, once: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.documents, args.repeat = 2000, 1
     dtype = np.dtype(args.dtype)
 
     arrays = make_documents(args.documents, args.max_length, dtype)

@@ -14,6 +14,7 @@ dense MLP is two matrix multiplications; Megatron's grouped GEMM removes that ga
 
     python benchmarks/bench_nano3.py                   # tiny, 2 rounds of 10 steps
     python benchmarks/bench_nano3.py --scale small --steps 5
+    python benchmarks/bench_nano3.py --quick           # 1 round of 1 step on 2 x 64 tokens
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--num-threads", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="1 step of 2 x 64 tokens: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.rounds, args.batch, args.seq_len = 1, 1, 2, 64
     quiet_cuda_kernel_notes()
     torch.set_num_threads(torch_threads(args.num_threads))
 

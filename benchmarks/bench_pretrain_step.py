@@ -20,6 +20,7 @@ temp folder and prints each step's `wall_seconds` from its artifact, and the who
     python benchmarks/bench_pretrain_step.py                       # reduced blend, tiny shape
     python benchmarks/bench_pretrain_step.py --dataset-path runs/nano2/stage0_pretrain/data_curation
     python benchmarks/bench_pretrain_step.py --stage
+    python benchmarks/bench_pretrain_step.py --quick               # one play, 1 and 3 steps of 2 x 64, 1 round
 
 Timings are noisy on a shared machine: run on an otherwise idle one, and compare within one run.
 """
@@ -50,9 +51,9 @@ from nemotron.training.windows import TokenWindows
 PLAYS = {"hamlet", "macbeth", "tempest", "othello"}
 
 
-def reduced_dataset(root: Path) -> Path:
+def reduced_dataset(root: Path, plays: set[str] = PLAYS) -> Path:
     """The real stage-0 data curation over four plays, at the tiny default vocabulary (4096)."""
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in PLAYS]
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in plays]
     (root / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
     (root / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.9, 0.1, 0]}))
     config = data_curation.Config(blend_path=root / "blend.json", workers=1, output_dir=root / "data")
@@ -116,12 +117,17 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the step's default at tiny is 1)")
     parser.add_argument("--stage", action="store_true", help="also time `python -m ...stage0_pretrain --scale tiny`")
+    parser.add_argument("--quick", action="store_true", help="one play, 1 and 3 steps of 2 x 64: checks it runs")
     args = parser.parse_args()
+    plays = PLAYS
+    if args.quick:
+        args.short, args.long, args.rounds, args.seq_len, args.micro_batch_size = 1, 3, 1, 64, 2
+        plays = {"macbeth"}
     hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notices
 
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
-        dataset_path = args.dataset_path or reduced_dataset(root)
+        dataset_path = args.dataset_path or reduced_dataset(root, plays)
         timed_steps = args.long - args.short
         tokens = timed_steps * args.micro_batch_size * args.seq_len
         recipe, bare = [], []

@@ -9,6 +9,7 @@ whole command on an idle 2-core machine.
 
     python benchmarks/bench_recipe.py
     python benchmarks/bench_recipe.py --only default      # one run, the default policy
+    python benchmarks/bench_recipe.py --quick             # both policies on one play, 2 steps per training
 
 Run it on an idle machine (the load average is printed): other busy processes slow both runs and
 make threads spin-wait.
@@ -17,6 +18,7 @@ make threads spin-wait.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -29,6 +31,25 @@ STEPS = [f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage
          for step in ("data_curation", "training", "evaluation")]
 ONE_THREAD = [f"--{stage}.{step}.num-threads=1" for stage in ("stage0", "stage1", "stage2")
               for step in ("training", "evaluation")]
+
+
+# --quick: the same nine steps on one play (Macbeth), 2 optimizer steps each, a few evaluation items.
+QUICK = ["--stage0.data-curation.vocab-size", "1024", *(f"--stage{n}.training.steps=2" for n in range(3)),
+         "--stage0.evaluation.benchmark-limit=2", "--stage0.evaluation.max-new-tokens=4",
+         "--stage1.evaluation.benchmark-limit=2", "--stage1.evaluation.max-new-tokens=4",
+         "--stage1.evaluation.max-conversations=16", "--stage1.evaluation.num-samples=1",
+         "--stage2.evaluation.benchmark-limit=2", "--stage2.evaluation.max-new-tokens=4",
+         "--stage2.evaluation.max-items=16", "--stage2.evaluation.num-samples=1"]
+
+
+def one_play_blend(folder: Path) -> Path:
+    """A blend of Macbeth's scenes alone (--quick)."""
+    from nemotron.data_prep.sources import read_shakespeare
+
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") == "macbeth"]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.9, 0.1, 0]}))
+    return folder / "blend.json"
 
 
 def run_recipe(out: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
@@ -45,6 +66,7 @@ def run_recipe(out: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["default", "one-thread"])
+    parser.add_argument("--quick", action="store_true", help="one play, 2 steps per training: checks it runs")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     policies = {"default": [], "one-thread": ONE_THREAD}
@@ -52,8 +74,9 @@ def main() -> None:
         policies = {args.only: policies[args.only]}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        quick = [*QUICK, "--stage0.data-curation.blend-path", str(one_play_blend(Path(tmp)))] if args.quick else []
         for name, extra in policies.items():
-            results[name] = run_recipe(Path(tmp) / name, extra)
+            results[name] = run_recipe(Path(tmp) / name, [*extra, *quick])
     names = list(results)
     print(f"{'step':<32}" + "".join(f"{name:>12}" for name in names))
     for step in STEPS:

@@ -8,6 +8,7 @@ counts come from the server's `usage`. The server decodes concurrent requests as
 
     python benchmarks/bench_sdg_server.py                      # 8 requests, 8 concurrent, 32 tokens each
     python benchmarks/bench_sdg_server.py --max-tokens 64 --num-threads 2
+    python benchmarks/bench_sdg_server.py --quick              # 2 requests, 2 concurrent, 4 tokens each
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--num-threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="2 requests of 4 tokens: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.concurrency, args.max_tokens = 2, 2, 4
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,8 +67,8 @@ def main() -> None:
         print(f"{name:<14} {r['requests_per_second']:6.3f} requests/s  {r['decode_tokens_per_second']:7.2f} decode tok/s  "
               f"{r['total_tokens_per_second']:7.2f} total tok/s  ({r['seconds']:.1f} s)", file=sys.stderr)
     ratio = concurrent["requests_per_second"] / sequential["requests_per_second"]
-    print(f"concurrent / sequential: {ratio:.2f}x requests/s", file=sys.stderr)
     print(json.dumps({"sequential": sequential, "concurrent": concurrent, "speedup": ratio}))
+    print(f"concurrent / sequential: {ratio:.2f}x requests/s")
 
 
 if __name__ == "__main__":

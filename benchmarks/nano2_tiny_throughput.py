@@ -9,6 +9,7 @@ tiny pretraining shape. Printed, for each variant, tokens/s and the ratio to the
     all-attention         the same widths with every Mamba layer replaced by attention (a Transformer)
 
 Run: python benchmarks/nano2_tiny_throughput.py [--steps 8] [--vocab 4096] [--threads N]
+     python benchmarks/nano2_tiny_throughput.py --quick     # 3 steps of batch 1 (one timed)
 Timings are medians over the steps after two warm-up steps; run on an otherwise idle machine.
 """
 
@@ -31,10 +32,11 @@ from nemotron.training.optim import build_optimizer
 BATCH, SEQ_LEN = 8, 256
 
 
-def tokens_per_second(config, steps: int, use_cache: bool = False) -> float:
+def tokens_per_second(config, steps: int, use_cache: bool = False, batch_size: int = BATCH) -> float:
     model = build_model(config, seed=0).train()
     optimizer = build_optimizer(model, lr=1e-3)
-    data = torch.randint(0, config.vocab_size, (steps, BATCH, SEQ_LEN + 1), generator=torch.Generator().manual_seed(0))
+    shape = (steps, batch_size, SEQ_LEN + 1)
+    data = torch.randint(0, config.vocab_size, shape, generator=torch.Generator().manual_seed(0))
     times = []
     for batch in data:
         start = time.perf_counter()
@@ -44,7 +46,7 @@ def tokens_per_second(config, steps: int, use_cache: bool = False) -> float:
         optimizer.step()
         optimizer.zero_grad()
         times.append(time.perf_counter() - start)
-    return BATCH * SEQ_LEN / statistics.median(times[2:])
+    return batch_size * SEQ_LEN / statistics.median(times[2:])
 
 
 def main() -> None:
@@ -52,7 +54,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: all cores)")
+    parser.add_argument("--quick", action="store_true", help="3 steps of batch 1 (one timed): checks it runs")
     args = parser.parse_args()
+    batch_size = BATCH
+    if args.quick:
+        args.steps, batch_size = 3, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notices
@@ -67,10 +73,10 @@ def main() -> None:
         ("chunk_size=128", build_config("tiny", args.vocab, chunk_size=128), False),
         (f"all-attention {all_attention}", build_config("tiny", args.vocab, hybrid_override_pattern=all_attention), False),
     ]
-    print(f"threads={torch.get_num_threads()} batch={BATCH}x{SEQ_LEN} vocab={args.vocab}", file=sys.stderr)
+    print(f"threads={torch.get_num_threads()} batch={batch_size}x{SEQ_LEN} vocab={args.vocab}", file=sys.stderr)
     baseline = None
     for name, config, use_cache in variants:
-        speed = tokens_per_second(config, args.steps, use_cache)
+        speed = tokens_per_second(config, args.steps, use_cache, batch_size)
         baseline = baseline or speed
         print(
             f"{name:28s} params={count_parameters(config) / 1e6:5.2f}M  tokens/s={speed:8,.0f}  "

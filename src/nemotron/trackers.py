@@ -1,7 +1,10 @@
 """Lineage trackers: where saved and used artifacts, configs and metrics are recorded.
 
-One tracker is active per process. Steps never talk to it directly except through `Artifact.save`
-(log_artifact), `Artifact.load` (use_artifact, resolve) and the training metrics log (log_metrics).
+One tracker is active per process, reached through `get_lineage_tracker()`. Artifacts talk to it in
+`Artifact.save` (log_artifact) and `Artifact.load` (use_artifact, resolve); numbers reach it through
+`log_metrics`: the training metrics log (`training.metrics`), the nano2 evaluation steps (their held-out
+numbers, at the checkpoint's step); the sharded tokenization run (`data_prep.shards`) logs its plan, shards
+and totals as tables (`log_table`). `cli.run` calls `finish()` when a step ends. Nothing else calls it.
 
   NoOpTracker   the default; records nothing.
   FileTracker   appends every saved and used artifact to a local JSONL ledger, so lineage can be

@@ -184,7 +184,11 @@ class IndexedWriter:
         where = f"documents {first}..{last} for {self.prefix}.bin"
         for kind, run in pieces:
             if kind == "ids":
-                self._bin_file.write(run.tobytes())  # already the token dtype, checked on arrival
+                # Already the token dtype, range-checked on arrival; a signed dtype (int32) still
+                # takes negative ids there, so they are refused here, one vectorised pass per block.
+                if self.dtype.kind == "i":
+                    self._cast(np.frombuffer(run, self.dtype), where)
+                self._bin_file.write(run.tobytes())
             else:
                 self._bin_file.write(self._cast(np.concatenate(run) if len(run) > 1 else run[0], where).tobytes())
 
@@ -202,9 +206,10 @@ class IndexedWriter:
             ) from None
 
     def _cast(self, tokens: np.ndarray, where: str) -> np.ndarray:
-        if tokens.dtype == self.dtype or not tokens.size:
+        if not tokens.size or (tokens.dtype == self.dtype and self.dtype.kind == "u"):
             return tokens.astype(self.dtype, copy=False)
-        # A silent wrap-around (70000 -> 4464 in uint16) would corrupt training data: refuse it.
+        # A silent wrap-around (70000 -> 4464 in uint16) would corrupt training data, and a negative
+        # id (which int32 can hold) is no token: refuse both.
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high > self._limits.max:
             raise NemotronError(

@@ -141,26 +141,28 @@ def main(config: Config) -> SFTResults:
     questions = sample_questions(conversations, config.num_samples)
 
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
+    # Per model: (completion NLL, completion tokens), the answer test's MCResult, the greedy samples, the tokenizer.
     metrics: dict = {}
-    samples_by_model: dict[str, list[dict[str, str]]] = {}  # greedy answers per model
+    nll_by_model, answers_by_model, samples_by_model, tokenizers = {}, {}, {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("base", base), ("sft", checkpoint)):
-            model, tokenizer = load_model(source.model_dir)
-            nll, num_tokens = completion_nll(model, tokenizer, conversations, batch_size=config.batch_size)
-            answers = answer_accuracy(model, tokenizer, items, batch_size=config.batch_size)
+            model, tokenizers[name] = load_model(source.model_dir)
+            nll_by_model[name] = completion_nll(model, tokenizers[name], conversations, batch_size=config.batch_size)
+            answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
             metrics |= {
-                f"{name}_completion_nll": nll,
-                f"{name}_completion_perplexity": perplexity(nll),
-                **answers.metrics(f"{name}_answer"),
+                f"{name}_completion_nll": nll_by_model[name][0],
+                f"{name}_completion_perplexity": perplexity(nll_by_model[name][0]),
+                **answers_by_model[name].metrics(f"{name}_answer"),
             }
-            samples_by_model[name] = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+            samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
+                                                  config.max_new_tokens or SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
         out = mark_unfinished(config.output_dir)
         lm_eval = {"benchmarks": []}
         if lm_eval_tasks is not None:
             metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
-                out, lm_eval_tasks, [chat_choice_task("nano2_answers", tokenizer, items)],
+                out, lm_eval_tasks, [chat_choice_task("nano2_answers", tokenizers["sft"], items)],
                 {"base": base.model_dir, "sft": checkpoint.model_dir}, config.benchmarks,
                 batch_size=config.batch_size, limit=config.benchmark_limit,
             )
@@ -169,6 +171,7 @@ def main(config: Config) -> SFTResults:
     # --- save ---
     samples = [sft | {"base_completion": base["completion"]} for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    num_tokens = nll_by_model["sft"][1]  # the SFT model's tokenizer (stage-0's, unchanged by SFT)
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
     metrics["wall_seconds"] = time.perf_counter() - started
     get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)
@@ -179,12 +182,12 @@ def main(config: Config) -> SFTResults:
         seed=config.seed,
         inputs=[checkpoint, dataset, base],
         samples_path=out / "samples.json",
-        base_completion_nll=metrics["base_completion_nll"],
-        sft_completion_nll=metrics["sft_completion_nll"],
-        base_answer_accuracy=metrics["base_answer_accuracy"],
-        sft_answer_accuracy=metrics["sft_answer_accuracy"],
-        base_answer_accuracy_mutual_info=metrics["base_answer_accuracy_mutual_info"],
-        sft_answer_accuracy_mutual_info=metrics["sft_answer_accuracy_mutual_info"],
+        base_completion_nll=nll_by_model["base"][0],
+        sft_completion_nll=nll_by_model["sft"][0],
+        base_answer_accuracy=answers_by_model["base"].accuracy,
+        sft_answer_accuracy=answers_by_model["sft"].accuracy,
+        base_answer_accuracy_mutual_info=answers_by_model["base"].accuracy_mutual_info,
+        sft_answer_accuracy_mutual_info=answers_by_model["sft"].accuracy_mutual_info,
         num_conversations=len(conversations),
         num_completion_tokens=num_tokens,
         harness=config.harness,

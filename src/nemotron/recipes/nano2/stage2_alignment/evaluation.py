@@ -142,20 +142,24 @@ def main(config: Config) -> DPOResults:
 
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
     out = mark_unfinished(config.output_dir)
-    logps, metrics, samples_by_model = {}, {}, {}
+    # Per model: the pairs' log-probs, the answer test's MCResult, the greedy samples, the tokenizer.
+    logps, metrics, answers_by_model, samples_by_model, tokenizers = {}, {}, {}, {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
-            model, tokenizer = load_model(source.model_dir)
-            prompts, chosen, rejected = tokenize_pairs(tokenizer, pairs)
+            model, tokenizers[name] = load_model(source.model_dir)
+            prompts, chosen, rejected = tokenize_pairs(tokenizers[name], pairs)
             logps[name] = pair_logprobs(model, prompts, chosen, rejected, batch_size=config.batch_size)
             lengths = ([len(ids) for ids in chosen], [len(ids) for ids in rejected])
             metrics |= preference_metrics(name, *logps[name], *lengths, kinds=[p["rejected_kind"] for p in pairs])
-            metrics |= answer_accuracy(model, tokenizer, items, batch_size=config.batch_size).metrics(f"{name}_answer")
-            samples_by_model[name] = chat_samples(model, tokenizer, questions, config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+            answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
+            metrics |= answers_by_model[name].metrics(f"{name}_answer")
+            samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
+                                                  config.max_new_tokens or SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same pairs and items as lm-eval tasks, and any --benchmarks ---
         lm_eval = {"benchmarks": []}
         if lm_eval_tasks is not None:
+            tokenizer = tokenizers["dpo"]  # the SFT model's tokenizer, unchanged by DPO
             tasks = [preference_task("nano2_preferences", tokenizer, pairs), chat_choice_task("nano2_answers", tokenizer, items)]
             metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
                 out, lm_eval_tasks, tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir}, config.benchmarks,
@@ -182,10 +186,10 @@ def main(config: Config) -> DPOResults:
         dpo_preference_accuracy=metrics["dpo_preference_accuracy"],
         reward_accuracy=rewards["reward_accuracy"],
         reward_margin=rewards["reward_margin"],
-        sft_answer_accuracy=metrics["sft_answer_accuracy"],
-        dpo_answer_accuracy=metrics["dpo_answer_accuracy"],
-        sft_answer_accuracy_mutual_info=metrics["sft_answer_accuracy_mutual_info"],
-        dpo_answer_accuracy_mutual_info=metrics["dpo_answer_accuracy_mutual_info"],
+        sft_answer_accuracy=answers_by_model["sft"].accuracy,
+        dpo_answer_accuracy=answers_by_model["dpo"].accuracy,
+        sft_answer_accuracy_mutual_info=answers_by_model["sft"].accuracy_mutual_info,
+        dpo_answer_accuracy_mutual_info=answers_by_model["dpo"].accuracy_mutual_info,
         num_pairs=len(pairs),
         samples_path=out / "samples.json",
         harness=config.harness,
