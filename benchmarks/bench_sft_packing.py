@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
-from nemotron.data_prep.chat_template import NANO2_CHAT_TEMPLATE
+from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.sources import read_chatterbot
 from nemotron.data_prep.tokenizer import PAD_ID, load_tokenizer, train_tokenizer
