@@ -38,7 +38,8 @@ def curate(root: Path, scale: str, plays: set[str]) -> Path:
     (root / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
     (root / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.9, 0.1, 0.0]}))
     subprocess.run([sys.executable, "-m", f"{STAGE}.data_curation", "--blend-path", "blend.json", "--vocab-size",
-                    "1024", "--scale", scale, "--output-dir", f"data_{scale}"], cwd=root, check=True, capture_output=True)
+                    "1024", "--scale", scale, "--output-dir", f"data_{scale}"],
+                   cwd=root, check=True, capture_output=True)
     return root / f"data_{scale}"
 
 

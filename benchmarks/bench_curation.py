@@ -2,9 +2,10 @@
 
 Runs `nemotron.recipes.nano2.stage0_pretrain.data_curation.main` twice at the given scale (default
 tiny: all of Shakespeare) into one temporary folder. The first run does everything; the second finds
-the receipts of the split files, the tokenizer and every shard, and skips that work. Prints each phase's seconds and share
-of the cold run, the re-run's seconds, and the ratio re-run / cold (lower is better), and checks the
-two artifacts have the same digest. The phases come from the artifact's `seconds_by_phase` metric.
+the receipts of the split files, the tokenizer and every shard, and skips that work. Prints each
+phase's seconds and share of the cold run, the re-run's seconds, and the ratio re-run / cold (lower
+is better), and checks the two artifacts have the same digest. The phases come from the artifact's
+`seconds_by_phase` metric.
 
     python benchmarks/bench_curation.py [--scale tiny] [--workers N]
     python benchmarks/bench_curation.py --quick     # one play (Macbeth), a 1,024-token vocabulary

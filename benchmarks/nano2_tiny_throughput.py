@@ -71,7 +71,8 @@ def main() -> None:
         ("use_cache=True", tiny, True),
         ("chunk_size=32", build_config("tiny", args.vocab, chunk_size=32), False),
         ("chunk_size=128", build_config("tiny", args.vocab, chunk_size=128), False),
-        (f"all-attention {all_attention}", build_config("tiny", args.vocab, hybrid_override_pattern=all_attention), False),
+        (f"all-attention {all_attention}",
+         build_config("tiny", args.vocab, hybrid_override_pattern=all_attention), False),
     ]
     print(f"threads={torch.get_num_threads()} batch={batch_size}x{SEQ_LEN} vocab={args.vocab}", file=sys.stderr)
     baseline = None

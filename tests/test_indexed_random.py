@@ -23,10 +23,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from randomized import check_every_seed, deep_count, first_difference
 
 from nemotron.data_prep.indexed import IndexedReader, IndexedWriter
 from nemotron.errors import NemotronError
+from randomized import check_every_seed, deep_count, first_difference
 
 warnings.filterwarnings("ignore", message=".*Transformer Engine and Apex.*")
 from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder  # noqa: E402

@@ -24,13 +24,13 @@ import random
 import numpy as np
 import pytest
 import torch
-from randomized import check_every_seed, deep_count
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.evaluation.multiple_choice import MCItem, mc_accuracy
 from nemotron.training.logprobs import encode_pair, loglikelihood
+from randomized import check_every_seed, deep_count
 
 WORDS = ["the", "king", "Hamlet", "answer", "ice", "water", "über", "naïve", "東京", "😀", "—", "42", "3.14",
          "don't", "<|im_end|>", "\n", "\t", "a", "is", "(", ")", ":", "?", "!", ",", "''"]

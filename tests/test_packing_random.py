@@ -25,9 +25,9 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from randomized import check_every_seed, deep_count, first_difference
 
 from nemotron.data_prep.packing import PACK_SIZE_KEY, PackingConfig, pack_to_parquet, read_packed
+from randomized import check_every_seed, deep_count, first_difference
 
 FIRST_ID = 1_000_000  # conversation k starts with token FIRST_ID + k: a segment names its source
 

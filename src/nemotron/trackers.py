@@ -103,7 +103,7 @@ class FileTracker:
             "path": str(artifact.path),
             "digest": artifact.digest,
             "run_id": self.run_id,
-            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
         # One write call of one line in append mode: concurrent steps do not interleave lines.
         with open(self.ledger, "a") as f:

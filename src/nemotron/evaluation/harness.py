@@ -261,8 +261,9 @@ def run_lm_eval(
     }
     samples = {
         task: [
-            {"doc_id": s["doc_id"], "loglikelihoods": [float(r[0][0]) if isinstance(r[0], (list, tuple)) else float(r[0])
-                                                       for r in s["resps"]],
+            {"doc_id": s["doc_id"],
+             "loglikelihoods": [float(r[0][0]) if isinstance(r[0], (list, tuple)) else float(r[0])
+                                for r in s["resps"]],
              **{m: float(s[m]) if isinstance(s[m], (int, float)) else s[m] for m in s["metrics"]}}
             for s in task_samples
         ]

@@ -89,9 +89,11 @@ class Config:
     max_new_tokens: int | None = None
     """Tokens per greedy sample; default per scale (tiny 48)."""
     harness: Literal["ours", "lm_eval"] = "ours"
-    """ours: our metrics; lm_eval: also lm-evaluation-harness on the held-out documents (nemotron.evaluation.harness)."""
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the held-out documents
+    (nemotron.evaluation.harness)."""
     benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
+    local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = execution(None)
@@ -107,8 +109,8 @@ class Config:
 def main(config: Config) -> PretrainResults:
     # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
     from nemotron.evaluation.generation import greedy_samples
-    from nemotron.evaluation.language_modeling import score_against_unigram
     from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, text_task
+    from nemotron.evaluation.language_modeling import score_against_unigram
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
     from nemotron.training.windows import heldout_windows

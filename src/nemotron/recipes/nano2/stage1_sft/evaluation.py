@@ -96,9 +96,11 @@ class Config:
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
     harness: Literal["ours", "lm_eval"] = "ours"
-    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items (nemotron.evaluation.harness)."""
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items
+    (nemotron.evaluation.harness)."""
     benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
+    local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = execution(None)
@@ -169,7 +171,8 @@ def main(config: Config) -> SFTResults:
             lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
 
     # --- save ---
-    samples = [sft | {"base_completion": base["completion"]} for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
+    samples = [sft | {"base_completion": base["completion"]}
+               for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     num_tokens = nll_by_model["sft"][1]  # the SFT model's tokenizer (stage-0's, unchanged by SFT)
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}

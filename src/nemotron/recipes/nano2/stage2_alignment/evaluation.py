@@ -88,9 +88,11 @@ class Config:
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
     harness: Literal["ours", "lm_eval"] = "ours"
-    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items (nemotron.evaluation.harness)."""
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items
+    (nemotron.evaluation.harness)."""
     benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the local HF cache."""
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
+    local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
     num_threads: int | None = execution(None)
@@ -108,7 +110,12 @@ class Config:
 def main(config: Config) -> DPOResults:
     # --- setup: the DPO checkpoint and everything it was made from ---
     from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, sample_questions
-    from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval, preference_task
+    from nemotron.evaluation.harness import (
+        chat_choice_task,
+        check_harness_flags,
+        evaluate_with_lm_eval,
+        preference_task,
+    )
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
     from nemotron.training.dpo import reward_metrics
@@ -160,7 +167,8 @@ def main(config: Config) -> DPOResults:
         lm_eval = {"benchmarks": []}
         if lm_eval_tasks is not None:
             tokenizer = tokenizers["dpo"]  # the SFT model's tokenizer, unchanged by DPO
-            tasks = [preference_task("nano2_preferences", tokenizer, pairs), chat_choice_task("nano2_answers", tokenizer, items)]
+            tasks = [preference_task("nano2_preferences", tokenizer, pairs),
+                     chat_choice_task("nano2_answers", tokenizer, items)]
             metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
                 out, lm_eval_tasks, tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir}, config.benchmarks,
                 batch_size=config.batch_size, limit=config.benchmark_limit,
@@ -171,7 +179,8 @@ def main(config: Config) -> DPOResults:
     metrics |= rewards | {"beta": beta, "num_pairs": len(pairs), "wall_seconds": time.perf_counter() - started}
 
     # --- save ---
-    samples = [dpo | {"sft_completion": sft["completion"]} for sft, dpo in zip(samples_by_model["sft"], samples_by_model["dpo"])]
+    samples = [dpo | {"sft_completion": sft["completion"]}
+               for sft, dpo in zip(samples_by_model["sft"], samples_by_model["dpo"])]
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     get_lineage_tracker().log_metrics(
         {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}, step=checkpoint.steps
