@@ -53,7 +53,7 @@ from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.models import nano3
 from nemotron.models.loading import quiet_cuda_kernel_notes
-from nemotron.models.reference import SMOLLM2
+from nemotron.models.reference import SMOLLM2, random_reference_model
 from nemotron.recipes.post_training_data import normalize, pools, score
 from nemotron.recipes.post_training_data.artifacts import CandidatePools, ScoredSelection
 from nemotron.training.compute import torch_threads
@@ -62,24 +62,10 @@ from nemotron.training.optim import build_optimizer
 
 
 def tiny_reference_model(candidates: CandidatePools, folder: Path) -> Path:
-    """A local Hugging Face folder the score step accepts as `reference_model`: a byte-level BPE (400 tokens)
-    trained on the candidates' text and a randomly initialised 2-layer Llama (~150K parameters, seed 0).
-
-    Its scores are noise, not a judgement of the records: it exists so that `--quick` walks the real score
-    step (tokenization, batching, completion-only NLL, selection per pool) in seconds instead of loading
-    SmolLM2-135M for minutes.
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """`models.reference.random_reference_model` on the candidates' text: noise scores, so that `--quick`
+    walks the real score step in seconds instead of loading SmolLM2-135M for minutes."""
     texts = [r["text"] for files in pools.pool_files(candidates.pools_dir).values() for r in read_records(files)]
-    train_tokenizer(texts, 400, folder)
-    tokenizer = load_tokenizer(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return random_reference_model(texts, folder)
 
 
 def make_scored_selection(folder: Path, quick: bool) -> Path:

@@ -8,11 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from nemotron.data_prep.post_training.schema import read_records
 from nemotron.data_prep.post_training.selection import select_by_score
-from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
+from nemotron.models.reference import random_reference_model
 from nemotron.recipes.post_training_data import normalize, pools, score
 
 
@@ -29,14 +28,7 @@ def tiny_checkpoint(tmp_path_factory, demo_pools):
     """A local Hugging Face folder: a byte-level BPE trained on the records and a random tiny Llama."""
     folder = tmp_path_factory.mktemp("reference") / "model"
     texts = [r["text"] for files in pools.pool_files(demo_pools.pools_dir).values() for r in read_records(files)]
-    train_tokenizer(texts, 400, folder)
-    tokenizer = load_tokenizer(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return random_reference_model(texts, folder, hidden_size=32)
 
 
 def run_score(tmp_path, demo_pools, checkpoint, **changes):

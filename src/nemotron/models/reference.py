@@ -61,3 +61,25 @@ def load_reference_model(spec: str) -> tuple[Any, Any]:
     except (OSError, ValueError) as error:
         raise NemotronError(f"reference model {spec!r}: cannot load it: {str(error).splitlines()[0]}") from None
     return model.eval(), tokenizer
+
+
+def random_reference_model(texts: list[str], folder: Path, hidden_size: int = 64, seed: int = 0) -> Path:
+    """A local folder `load_reference_model` accepts: a byte-level BPE (400 tokens) trained on `texts` and a
+    randomly initialised 2-layer Llama (seeded). Its scores are noise, not a judgement: it lets a test or a
+    benchmark's `--quick` walk the real scoring path (tokenization, batching, completion-only NLL) in
+    seconds instead of loading SmolLM2-135M for minutes."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
+
+    train_tokenizer(texts, 400, folder)
+    tokenizer = load_tokenizer(folder)
+    torch.manual_seed(seed)
+    heads = max(1, hidden_size // 16)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
+                         max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
