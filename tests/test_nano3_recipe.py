@@ -43,3 +43,52 @@ def test_whole_recipe_rerun_skips_every_step(nano3_run):
     again = subprocess.run(recipe_command("nano3", nano3_run.out), capture_output=True, text=True,
                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}, timeout=600)
     assert again.returncode == 0 and "9 skipped" in again.stderr, again.stderr[-1000:]
+
+
+def test_the_trained_rl_model_reasons_apart_in_the_terminal_and_the_api(nano3_run, tmp_path):
+    """The RL checkpoint the recipe trained, asked a sum: in the terminal the reasoning goes to stderr and the
+    answer alone to stdout; through the `openai` client the reasoning comes in its own fields and the same
+    greedy answer in `content`; with `enable_thinking` false it answers at once, in `content` only."""
+    import socket
+    import sys
+    import time
+
+    import httpx
+    import openai
+
+    rl = nano3_run.out / "stage2_rl" / "training"
+    question = "What is 37 + 48?"
+    chat = subprocess.run([sys.executable, "-m", "nemotron.chat", str(rl), "--prompt", question], capture_output=True,
+                          text=True, env={**os.environ, "TERM": "dumb"}, timeout=300)
+    assert chat.returncode == 0 and "[reasoning]" in chat.stderr, chat.stderr[-2000:]
+    assert chat.stdout.strip() and "think>" not in chat.stdout, (chat.stdout, chat.stderr[-2000:])
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "nemotron.serve", str(rl), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
+        model = client.models.list().data[0].id
+        messages = [{"role": "user", "content": question}]
+        whole = client.chat.completions.create(model=model, messages=messages, max_tokens=256, temperature=0)
+        message = whole.choices[0].message
+        assert message.model_extra["reasoning_content"] == message.model_extra["reasoning"]
+        assert message.model_extra["reasoning"] and (message.content or "").strip() == chat.stdout.strip()
+        off = client.chat.completions.create(model=model, messages=messages, max_tokens=256, temperature=0,
+                                             extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        assert off.choices[0].message.content and off.choices[0].message.model_extra["reasoning"] is None
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
