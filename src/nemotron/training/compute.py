@@ -133,9 +133,19 @@ def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
     if not result.is_floating_point():
         result = result.double()  # a mean of integers (e.g. token counts) is not an integer
     if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(result, op=dist.ReduceOp.SUM)
-        result /= dist.get_world_size()
+        result = _summed(result) / dist.get_world_size()
     return result
+
+
+def _summed(tensor: torch.Tensor) -> torch.Tensor:
+    """all_reduce(SUM) of `tensor` (which it may modify), returned on `tensor`'s device. NCCL reduces CUDA
+    tensors only, and our counts and logged losses live on the CPU: under nccl they travel to this
+    process's GPU and back; gloo reduces them where they are."""
+    device = tensor.device
+    if dist.get_backend() == "nccl" and device.type != "cuda":
+        tensor = tensor.to(torch.device("cuda", torch.cuda.current_device()))
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.to(device)
 
 
 def sum_over_ranks(count: float | torch.Tensor) -> float | torch.Tensor:
@@ -162,7 +172,7 @@ def sum_over_ranks(count: float | torch.Tensor) -> float | torch.Tensor:
     if isinstance(count, torch.Tensor):
         total = count.detach().to(torch.float64).clone()
         if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            total = _summed(total)
         return total
     return float(sum_over_ranks(torch.tensor(float(count), dtype=torch.float64)).item())
 
