@@ -17,6 +17,7 @@ import pytest
 
 from nemotron.artifact.digest import without_locations
 from nemotron.artifact.fields import BOOKKEEPING, EXECUTION, EXECUTION_KEYS, bookkeeping, execution, role
+from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.training.run import run_settings
 from nemotron.training.settings import TrainingSettings
 
@@ -40,7 +41,10 @@ def class_fields(path: Path):
                 yield node.name, item.target.id, marker
 
 
-@pytest.mark.parametrize("path", sorted((SRC / "recipes").rglob("*.py")) + [SRC / "training" / "settings.py"],
+SETTINGS = [SRC / "training" / "settings.py", SRC / "evaluation" / "settings.py"]  # the bases steps inherit
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "recipes").rglob("*.py")) + SETTINGS,
                          ids=lambda p: str(p.relative_to(SRC)))
 def test_execution_fields_are_declared_as_such_and_known_to_the_digest(path):
     for cls, name, marker in class_fields(path):
@@ -50,10 +54,12 @@ def test_execution_fields_are_declared_as_such_and_known_to_the_digest(path):
             pytest.fail(f"{path}: {cls}.{name} is left out of the digest by name; declare it execution(...)")
 
 
-@pytest.mark.parametrize("module", TRAINING_STEPS)
-def test_a_training_step_keeps_the_markers_of_the_settings_it_overrides(module):
+@pytest.mark.parametrize(("module", "settings"), [(m, TrainingSettings) for m in TRAINING_STEPS]
+                         + [(m.replace(".training", ".evaluation"), EvaluationSettings) for m in TRAINING_STEPS])
+def test_a_step_keeps_the_markers_of_the_settings_it_overrides(module, settings):
     config = importlib.import_module(module).Config
-    base = {f.name: role(f) for f in dataclasses.fields(TrainingSettings)}
+    assert issubclass(config, settings), f"{module}: Config does not inherit {settings.__name__}"
+    base = {f.name: role(f) for f in dataclasses.fields(settings)}
     for f in dataclasses.fields(config):
         if f.name in base:
             assert role(f) == base[f.name], f"{module}: Config.{f.name} overrides a {base[f.name]} field without it"

@@ -42,12 +42,12 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.tokenizer import EOS_ID
 from nemotron.errors import NemotronError
+from nemotron.evaluation.settings import LMEvalSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset, PretrainResults
 from nemotron.recipes.nano2.stage0_pretrain.training import SEQ_LEN as TRAINING_SEQ_LEN
 from nemotron.trackers import get_lineage_tracker
@@ -67,13 +67,9 @@ SAMPLE_PROMPTS = (
 
 
 @dataclass
-class Config:
+class Config(LMEvalSettings):
     """Held-out loss, perplexity and bits per byte of a pretrained checkpoint, plus greedy samples."""
 
-    checkpoint_path: Path | None = None
-    """A stage-0 PretrainCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `pretraincheckpoint:latest`."""
     dataset_path: Path | None = None
     """The PretrainDataset to evaluate on; default: stdin in a pipe, else the one the checkpoint recorded."""
     dataset_artifact: str | None = None
@@ -88,22 +84,11 @@ class Config:
     """Sequences per forward pass."""
     max_new_tokens: int | None = None
     """Tokens per greedy sample; default per scale (tiny 48)."""
+    # Pretraining has no items: lm-eval scores the held-out text itself.
     harness: Literal["ours", "lm_eval"] = "ours"
-    """ours: our metrics; lm_eval: also lm-evaluation-harness on the held-out documents
-    (nemotron.evaluation.harness)."""
-    benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
-    local HF cache."""
-    benchmark_limit: int | None = None
-    """Documents per lm-eval task (lm-eval's --limit); default: all."""
-    num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the held-out documents, rolling windows of
+    seq_len (nemotron.evaluation.harness)."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/evaluation")
-    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
-    seed: int = 0
-    """Unused (greedy decoding and fixed windows are deterministic); kept so every step has it."""
 
 
 def main(config: Config) -> PretrainResults:

@@ -53,14 +53,13 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
+from nemotron.evaluation.settings import LMEvalSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
 from nemotron.trackers import get_lineage_tracker
 
@@ -70,13 +69,9 @@ SAMPLE_TOKENS = {"tiny": 32, "small": 64, "medium": 128, "full": 256}
 
 
 @dataclass
-class Config:
+class Config(LMEvalSettings):
     """Completion-only NLL and answer accuracy of the SFT model and its base model, plus chat samples."""
 
-    checkpoint_path: Path | None = None
-    """A stage-1 SFTCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `sftcheckpoint:latest`."""
     dataset_path: Path | None = None
     """The SFTDataset whose TEST conversations are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
@@ -95,22 +90,7 @@ class Config:
     """Tokens per sample; default per scale (tiny 32)."""
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
-    harness: Literal["ours", "lm_eval"] = "ours"
-    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items
-    (nemotron.evaluation.harness)."""
-    benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
-    local HF cache."""
-    benchmark_limit: int | None = None
-    """Documents per lm-eval task (lm-eval's --limit); default: all."""
-    num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
-    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
-    seed: int = 0
-    """Seeds the choice and order of the distractors."""
 
 
 

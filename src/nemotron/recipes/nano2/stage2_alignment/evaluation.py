@@ -37,16 +37,15 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.preference import read_pairs, tokenize_pairs
 from nemotron.errors import NemotronError
+from nemotron.evaluation.settings import LMEvalSettings
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
 from nemotron.recipes.nano2.stage1_sft.evaluation import SAMPLE_TOKENS
 from nemotron.trackers import get_lineage_tracker
@@ -56,13 +55,9 @@ FULL_EVAL_ITEMS = 100_000
 
 
 @dataclass
-class Config:
+class Config(LMEvalSettings):
     """Preference accuracy, reward margins and answer accuracy of the DPO model and its SFT reference."""
 
-    checkpoint_path: Path | None = None
-    """A stage-2 DPOCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `dpocheckpoint:latest`."""
     dataset_path: Path | None = None
     """The PreferenceDataset whose test pairs are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
@@ -87,20 +82,7 @@ class Config:
     """Held-out pairs and questions to score (the first ones of each file); default per scale."""
     batch_size: int = 8
     """Sequences per forward pass (batched longest first)."""
-    harness: Literal["ours", "lm_eval"] = "ours"
-    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items
-    (nemotron.evaluation.harness)."""
-    benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
-    local HF cache."""
-    benchmark_limit: int | None = None
-    """Documents per lm-eval task (lm-eval's --limit); default: all."""
-    num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
-    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the distractors of the answer test (the same seed gives stage 1's items)."""
 

@@ -24,10 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
+from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3PretrainResults, PretrainDataset
 from nemotron.recipes.nano3.stage0_pretrain.training import SEQ_LEN
 
@@ -36,13 +36,12 @@ FULL_EVAL_TOKENS = 4_000_000
 
 
 @dataclass
-class Config:
+class Config(EvaluationSettings):
     """Held-out bits per byte of the MoE model, its dense counterpart and a unigram baseline."""
 
+    # Two checkpoints here: say which one the shared flag takes.
     checkpoint_path: Path | None = None
     """The MoE Nano3PretrainCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `nano3pretraincheckpoint:latest`."""
     dense_checkpoint_path: Path | None = None
     """The dense counterpart's Nano3PretrainCheckpoint folder (training --dense)."""
     dataset_path: Path | None = None
@@ -51,14 +50,7 @@ class Config:
     """Held-out tokens to score; default per scale (tiny 10,000)."""
     batch_size: int = 8
     """Windows per forward pass."""
-    num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage0_pretrain/evaluation")
-    """Where the results artifact is written."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes how much held-out text is scored."""
-    seed: int = 0
-    """Unused by the evaluation itself (it is deterministic); recorded for lineage."""
 
 
 def main(config: Config) -> Nano3PretrainResults:

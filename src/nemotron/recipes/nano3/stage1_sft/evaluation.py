@@ -25,10 +25,10 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import final_answer, read_problems
+from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import (
     Nano3PretrainCheckpoint,
     Nano3SFTCheckpoint,
@@ -41,27 +41,16 @@ MAX_NEW_TOKENS = {"on": 112, "off": 8}  # a worked sum with its answer: 60-100 t
 
 
 @dataclass
-class Config:
+class Config(EvaluationSettings):
     """Held-out exact match, base vs SFT, reasoning on and off."""
 
-    checkpoint_path: Path | None = None
-    """The Nano3SFTCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 100)."""
     max_new_tokens: int | None = None
     """Tokens generated per answer; default 112 with reasoning on (a worked sum is 60-100 tokens), 8 off."""
     batch_size: int = 16
     """Prompts per generate call."""
-    num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage1_sft/evaluation")
-    """Where the results and samples.json are written."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes how many problems are scored."""
-    seed: int = 0
-    """Unused (greedy decoding is deterministic); recorded for lineage."""
 
 
 def main(config: Config) -> Nano3SFTResults:

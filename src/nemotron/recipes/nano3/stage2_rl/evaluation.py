@@ -26,24 +26,20 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import final_answer, read_problems, reward
 from nemotron.errors import NemotronError
+from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLResults, Nano3SFTCheckpoint, Nano3SFTDataset
 
 FULL_PROBLEMS = 20_000  # held-out problems at full scale; apply_scale gives tiny 200 (all of tiny's)
 
 
 @dataclass
-class Config:
+class Config(EvaluationSettings):
     """Held-out reward and exact match, SFT vs RL."""
 
-    checkpoint_path: Path | None = None
-    """The Nano3RLCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `nano3rlcheckpoint:latest`."""
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 200). Measured at tiny from the 400-step SFT
     model after the default 20 GRPO steps, 200 problems: the sampled reward's gain +0.060 had a standard
@@ -56,14 +52,7 @@ class Config:
     """Tokens generated per answer (reasoning on; a worked sum with its answer is 60-100 tokens)."""
     batch_size: int = 16
     """Prompts per generate call."""
-    num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano3/stage2_rl/evaluation")
-    """Where the results and samples.json are written."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes how many problems are scored."""
-    seed: int = 0
-    """Seeds the sampled completions (the same seed, the same samples)."""
 
 
 def main(config: Config) -> Nano3RLResults:

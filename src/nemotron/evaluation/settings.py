@@ -1,0 +1,48 @@
+"""The settings every evaluation step's Config shares: the checkpoint it scores, threads, where, how much, seed.
+
+An evaluation step declares `class Config(EvaluationSettings)` (or `LMEvalSettings`, when it can also
+run lm-evaluation-harness) and adds its own fields (the datasets it reads, how many items, batch size);
+a step that wants another default or has something step-specific to say redefines the field, with
+its marker (`nemotron.artifact.fields` says what a marker means). Mirrors
+`nemotron.training.settings`; torch-free, so a step's `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from nemotron.artifact.fields import execution
+
+
+@dataclass
+class EvaluationSettings:
+    checkpoint_path: Path | None = None
+    """The checkpoint folder to evaluate (the step's description names its type); default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `sftcheckpoint:latest` (the checkpoint's type, lower case)."""
+    num_threads: int | None = execution(None)
+    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
+    output_dir: Path = Path("runs/evaluation")
+    """Where the step writes its results artifact and its files (samples.json, lm-eval's results)."""
+    scale: str = "tiny"
+    """tiny | small | medium | full: sizes how much held-out data is scored and the default sample lengths
+    (tiny runs on a laptop CPU)."""
+    seed: int = 0
+    """Seeds the step's random choices (distractors, sampled completions); a step with none (greedy
+    decoding, fixed windows) records it for lineage only."""
+
+
+@dataclass
+class LMEvalSettings(EvaluationSettings):
+    """An evaluation step that can also score with lm-evaluation-harness (nemotron.evaluation.harness)."""
+
+    harness: Literal["ours", "lm_eval"] = "ours"
+    """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items
+    (nemotron.evaluation.harness)."""
+    benchmarks: tuple[str, ...] = ()
+    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
+    local HF cache."""
+    benchmark_limit: int | None = None
+    """Documents per lm-eval task (lm-eval's --limit); default: all."""
