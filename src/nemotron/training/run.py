@@ -106,6 +106,7 @@ class TrainingRun:
         self._log: MetricsLog | None = None
         self._progress: TrainingProgress | None = None
         self._resumed_from, self._loop_started, self._loop_tokens = 0, 0.0, 0
+        self._compute_note = ""
 
     @property
     def is_main(self) -> bool:
@@ -132,9 +133,8 @@ class TrainingRun:
         None, for `no_sync`; the autocast context of `--precision` on this device: bf16, or a no-op for fp32)."""
         model.to(self.device).train()
         dtype = autocast_dtype(self.config.precision, self.device)
-        if self.is_main:
-            print(f"{self.name}: on {self.device}, {dtype or torch.float32} forward; "
-                  f"{mamba_kernels_note(self.device.type)}", file=sys.stderr)
+        # said once `resume` has accepted the output folder, so a refused run prints only its error
+        self._compute_note = f"on {self.device}, {dtype or torch.float32} forward; {mamba_kernels_note(self.device.type)}"
         ddp = DistributedDataParallel(model) if self.info.is_distributed else None
         forward = ddp or model
         if self.config.compile:
@@ -163,6 +163,8 @@ class TrainingRun:
             self.state = LoopState(**saved["extra"]["loop"])
         self._resumed_from = self.state.step
         if self.is_main:
+            if self._compute_note:
+                print(f"{self.name}: {self._compute_note}", file=sys.stderr)
             mark_unfinished(self.out)  # until this run completes, the folder holds no artifact
             self._log = MetricsLog(self.out / "metrics.jsonl", resume_step=self.state.step if latest else None)
             if self.state.step >= self.steps:
