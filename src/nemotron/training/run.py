@@ -134,7 +134,8 @@ class TrainingRun:
         model.to(self.device).train()
         dtype = autocast_dtype(self.config.precision, self.device)
         # said once `resume` has accepted the output folder, so a refused run prints only its error
-        self._compute_note = f"on {self.device}, {dtype or torch.float32} forward; {mamba_kernels_note(self.device.type)}"
+        kernels = mamba_kernels_note(self.device.type)
+        self._compute_note = f"on {self.device}, {dtype or torch.float32} forward; {kernels}"
         ddp = DistributedDataParallel(model) if self.info.is_distributed else None
         forward = ddp or model
         if self.config.compile:
