@@ -32,11 +32,16 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2
 
+# Two pytest-xdist workers (a 2-core machine's cores); tests/conftest.py keeps each module on one worker
+# and starts the whole-recipe modules first. WORKERS=0 runs everything in this one process, in order.
+WORKERS ?= 2
+PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts

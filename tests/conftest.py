@@ -25,16 +25,34 @@ REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 
-def pytest_collection_modifyitems(items):
+# The whole runs: the fixtures of tests/runs.py that take minutes. With workers (`make test` runs
+# `pytest -n 2`), the modules that ask for one start first, so the longest work overlaps the rest.
+WHOLE_RUNS = {"nano2_run", "nano3_run"}
+
+
+def pytest_collection_modifyitems(config, items):
     """Cheap checks first: modules whose every test is slow (whole recipes, servers, torchrun) run last.
 
     Whole modules move, never single tests, so a module's fixtures are still made once; the order inside
-    a module and among the moved modules stays as written (alphabetical by file)."""
+    a module and among the moved modules stays as written (alphabetical by file).
+
+    With pytest-xdist workers (`-n N --dist loadgroup --no-loadscope-reorder`, what `make test` runs),
+    every test is grouped by its module, so a worker takes a module whole and makes its module fixtures
+    once, and the modules holding a whole recipe run go first: they are the longest, and a worker that
+    started them last would finish alone."""
     all_slow: dict[object, bool] = {}
+    whole_run: dict[object, bool] = {}
     for item in items:
         module = getattr(item, "module", None)
         all_slow[module] = all_slow.get(module, True) and item.get_closest_marker("slow") is not None
-    items.sort(key=lambda item: all_slow[getattr(item, "module", None)])  # sort is stable
+        whole_run[module] = whole_run.get(module, False) or bool(WHOLE_RUNS & set(getattr(item, "fixturenames", ())))
+    if getattr(config.option, "numprocesses", None):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        items.sort(key=lambda item: (not whole_run[getattr(item, "module", None)],
+                                     all_slow[getattr(item, "module", None)]))
+    else:
+        items.sort(key=lambda item: all_slow[getattr(item, "module", None)])  # sort is stable
 
 
 @pytest.fixture(autouse=True)
