@@ -33,7 +33,7 @@ demo: $(STAMP)
 	$(PY) -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2
 
 # Two pytest-xdist workers (a 2-core machine's cores); tests/conftest.py keeps each module on one worker
-# and starts the whole-recipe modules first. WORKERS=0 runs everything in this one process, in order.
+# and runs the longest modules first (whole recipes, then the all-slow ones). WORKERS=0: one process, in order.
 WORKERS ?= 2
 PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 

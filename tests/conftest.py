@@ -30,6 +30,7 @@ PYTHON = sys.executable
 WHOLE_RUNS = {"nano2_run", "nano3_run"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the xdist_group marks into groups
 def pytest_collection_modifyitems(config, items):
     """Cheap checks first: modules whose every test is slow (whole recipes, servers, torchrun) run last.
 
@@ -38,19 +39,20 @@ def pytest_collection_modifyitems(config, items):
 
     With pytest-xdist workers (`-n N --dist loadgroup --no-loadscope-reorder`, what `make test` runs),
     every test is grouped by its module, so a worker takes a module whole and makes its module fixtures
-    once, and the modules holding a whole recipe run go first: they are the longest, and a worker that
-    started them last would finish alone."""
+    once, and the order is reversed to longest first: the modules holding a whole recipe run, then the
+    all-slow modules, then the cheap ones, which fill in while the other worker finishes (a long module
+    started last would run alone)."""
     all_slow: dict[object, bool] = {}
     whole_run: dict[object, bool] = {}
     for item in items:
         module = getattr(item, "module", None)
         all_slow[module] = all_slow.get(module, True) and item.get_closest_marker("slow") is not None
         whole_run[module] = whole_run.get(module, False) or bool(WHOLE_RUNS & set(getattr(item, "fixturenames", ())))
-    if getattr(config.option, "numprocesses", None):
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker (workers see numprocesses as None)
         for item in items:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         items.sort(key=lambda item: (not whole_run[getattr(item, "module", None)],
-                                     all_slow[getattr(item, "module", None)]))
+                                     not all_slow[getattr(item, "module", None)]))
     else:
         items.sort(key=lambda item: all_slow[getattr(item, "module", None)])  # sort is stable
 
