@@ -35,7 +35,7 @@ demo: $(STAMP)
 # Two pytest-xdist workers (a 2-core machine's cores); tests/conftest.py keeps each module on one worker
 # and runs the longest modules first (whole recipes, then the all-slow ones). WORKERS=0: one process, in order.
 WORKERS ?= 2
-PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(PYTEST)

@@ -30,18 +30,16 @@ PYTHON = sys.executable
 WHOLE_RUNS = {"nano2_run", "nano3_run"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the xdist_group marks into groups
 def pytest_collection_modifyitems(config, items):
     """Cheap checks first: modules whose every test is slow (whole recipes, servers, torchrun) run last.
 
     Whole modules move, never single tests, so a module's fixtures are still made once; the order inside
     a module and among the moved modules stays as written (alphabetical by file).
 
-    With pytest-xdist workers (`-n N --dist loadgroup --no-loadscope-reorder`, what `make test` runs),
-    every test is grouped by its module, so a worker takes a module whole and makes its module fixtures
-    once, and the order is reversed to longest first: the modules holding a whole recipe run, then the
-    all-slow modules, then the cheap ones, which fill in while the other worker finishes (a long module
-    started last would run alone)."""
+    With pytest-xdist workers (`-n N --dist loadfile --no-loadscope-reorder`, what `make test` runs), a
+    worker takes each module whole, so it makes the module's fixtures once, and the order is reversed to
+    longest first: the modules holding a whole recipe run, then the all-slow modules, then the cheap
+    ones, which fill in while the other worker finishes (a long module started last would run alone)."""
     all_slow: dict[object, bool] = {}
     whole_run: dict[object, bool] = {}
     for item in items:
@@ -49,8 +47,6 @@ def pytest_collection_modifyitems(config, items):
         all_slow[module] = all_slow.get(module, True) and item.get_closest_marker("slow") is not None
         whole_run[module] = whole_run.get(module, False) or bool(WHOLE_RUNS & set(getattr(item, "fixturenames", ())))
     if hasattr(config, "workerinput"):  # a pytest-xdist worker (workers see numprocesses as None)
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         items.sort(key=lambda item: (not whole_run[getattr(item, "module", None)],
                                      not all_slow[getattr(item, "module", None)]))
     else:
