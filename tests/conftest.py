@@ -21,6 +21,25 @@ os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("NEMOTRON_TRACKER", None)
 
+
+def _own_cores_per_worker() -> None:
+    """On pytest-xdist worker i of N, keep to cores i, i+N, ... of this machine (N = 2 on 2 cores: one
+    core each). Child processes inherit the set, and `compute.allowed_cores` reads it, so every torch
+    in the worker's tests uses its own cores' threads: two workers whose OpenMP threads share the same
+    cores wait for each other (measured: two whole recipes side by side, 2 threads each on 2 cores,
+    were several times slower than one after the other)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    share = cores[int(worker.removeprefix("gw")) % count :: count]
+    if share:
+        os.sched_setaffinity(0, share)
+        os.environ["OMP_NUM_THREADS"] = str(len(share))
+
+
+_own_cores_per_worker()
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
