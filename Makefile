@@ -32,16 +32,11 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2
 
-# Two pytest-xdist workers (a 2-core machine's cores); tests/conftest.py keeps each module on one worker
-# and runs the longest modules first (whole recipes, then the all-slow ones). WORKERS=0: one process, in order.
-WORKERS ?= 2
-PYTEST  := $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
-
 test: $(STAMP)
-	$(PYTEST)
+	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow"
+	$(PY) -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts

@@ -4,9 +4,7 @@ Whole recipes:
 
 A whole tiny recipe takes minutes on 2 cores (nano2 about 2.5, nano3 about 5), so the suite runs each at
 most once: the fixtures below are session-scoped and start only when the first test that asks for them
-runs. In one process (`pytest -n 0`) conftest.py sorts the all-slow modules last, so cheap checks report
-first; on workers (`make test`: `-n 2`) each module stays on one worker and the modules asking for a whole
-run start first, so the one worker that makes a run is busy with it while the other takes the rest.
+runs (conftest.py sorts the all-slow modules last, so cheap checks report first).
 
     def test_something(nano2_run):          # or nano3_run
         nano2_run.out                       # the --output-dir folder, as the user would have it
