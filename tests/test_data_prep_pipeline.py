@@ -148,3 +148,15 @@ def test_a_tokenizer_name_resolves_from_the_local_hugging_face_cache_offline(dat
                                       output_dir=tmp_path / "folder", tokenizer=data["tokenizer"], num_shards=2)
     assert [Path(f"{p}.bin").read_bytes() for p in by_name] == \
         [Path(f"{p}.bin").read_bytes() for p in by_folder.data_paths["train"]]
+
+
+def test_a_pretraining_run_never_imports_torch_in_the_driver(data, tmp_path):
+    # transformers imports torch (about 4 CPU seconds): a driver that paid it ran 12 MB of data prep at
+    # half speed on one worker, and 2 workers could not reach 1.8x of one.
+    script = ("import sys; from nemotron.data_prep import DataBlend, run_pretrain_pipeline;"
+              f"run_pretrain_pipeline(blend=DataBlend(sources=[{{'path': {str(data['root'] / 'docs.jsonl')!r}}}]),"
+              f"output_dir={str(tmp_path)!r}, tokenizer={str(data['tokenizer'])!r});"
+              "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -4,6 +4,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from nemotron.data_prep.tokenizer import (
     EOS_ID,
     SPECIAL_TOKENS,
     load_tokenizer,
+    tokenizer_facts,
     train_tokenizer,
 )
 from nemotron.errors import NemotronError
@@ -115,3 +118,25 @@ def test_load_tokenizer_names_missing_or_broken_folder(tokenizer_dir, tmp_path):
     empty.mkdir()
     with pytest.raises(NemotronError, match=str(empty)):
         load_tokenizer(empty)
+
+
+def _facts_of_transformers(folder):
+    tokenizer = load_tokenizer(folder)
+    return (tokenizer.backend_tokenizer.to_str(), len(tokenizer), tokenizer.eos_token_id)
+
+
+def test_tokenizer_facts_match_what_transformers_loads_with_or_without_transformers(tokenizer_dir, tmp_path):
+    # Our own folder is plain: read with `tokenizers` alone, it gives exactly what transformers gives.
+    plain = tokenizer_facts(tokenizer_dir)
+    assert (plain.backend_json, plain.size, plain.eos_token_id) == _facts_of_transformers(tokenizer_dir)
+    assert plain.eos_token_id == EOS_ID
+    # A config whose special token is not in tokenizer.json: transformers adds it (a larger vocabulary),
+    # so the facts must come from transformers, not from tokenizer.json.
+    odd = tmp_path / "odd"
+    shutil.copytree(tokenizer_dir, odd)
+    config = json.loads((odd / "tokenizer_config.json").read_text())
+    config["eos_token"] = "<|end_of_text|>"
+    (odd / "tokenizer_config.json").write_text(json.dumps(config))
+    facts = tokenizer_facts(odd)
+    assert (facts.backend_json, facts.size, facts.eos_token_id) == _facts_of_transformers(odd)
+    assert facts.size == plain.size + 1 and facts.eos_token_id == plain.size

@@ -33,18 +33,18 @@ class TokenizeWriteStage(Stage):
         fmt.check_options(self.options)
         self.dtype, self.eos_id, self.tokenizer_sha256, tokenizer_json = "", -1, {}, ""
         if tokenizer_dir is not None:
-            from nemotron.data_prep.tokenizer import load_tokenizer  # imports transformers: only on the driver
+            from nemotron.data_prep.tokenizer import tokenizer_facts
 
             tokenizer_dir = Path(tokenizer_dir)
-            tokenizer = load_tokenizer(tokenizer_dir)
+            tokenizer = tokenizer_facts(tokenizer_dir)
             if tokenizer.eos_token_id is None and fmt.needs_eos:
                 raise NemotronError(f"the tokenizer in {tokenizer_dir} has no eos_token; set one so documents "
                                     "can be separated")
             self.tokenizer_sha256 = {path.name: storage.sha256(path) for path in sorted(tokenizer_dir.iterdir())
                                      if path.is_file()}
-            self.dtype = fmt.token_dtype(len(tokenizer))
+            self.dtype = fmt.token_dtype(tokenizer.size)
             self.eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else -1
-            tokenizer_json = tokenizer.backend_tokenizer.to_str()
+            tokenizer_json = tokenizer.backend_json
         elif fmt.needs_tokenizer:
             raise NemotronError(f"output_format={output_format!r} tokenizes, so it needs a tokenizer folder")
         self.payload = fmt.setup_payload(tokenizer_json, tokenizer_dir)
