@@ -6,6 +6,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json
+import random
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import wandb_records  # tests/ is on sys.path under pytest
 from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
@@ -160,3 +162,33 @@ def test_a_pretraining_run_never_imports_torch_in_the_driver(data, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_pipeline_run_reports_its_progress_to_wandb_as_live_metrics(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracker = set_lineage_tracker(WandbTracker(project="nemotron-test", run_dir=tmp_path))
+    words = ("the of and to a in that is was he for it with as his on be at by this had not are but from or "
+             "have an they which one you were her all she there would their river mill heron summer lantern "
+             "orchard winter harvest ledger engine whisper kingdom crown market bridge").split()
+    texts = [" ".join(random.Random(n).choices(words, k=120)).capitalize() + "." for n in range(40)]
+    texts += [f"Too short {n}." for n in range(20)]
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"id": f"d{n}", "text": t}) + "\n"
+                                                 for n, t in enumerate(texts)))
+    try:
+        blend = DataBlend(sources=[{"path": str(tmp_path / "docs.jsonl")}], split=[0.8, 0.1, 0.1])
+        result = run_pretrain_pipeline(blend=blend, output_dir=tmp_path / "out", tokenizer=data["tokenizer"],
+                                       num_shards=3, filters="default")
+    finally:
+        tracker.finish()
+        set_lineage_tracker(NoOpTracker())
+    prefix = f"data_prep/{result.run_hash[:16]}"
+    live = [row for row in wandb_records.history(tmp_path) if f"{prefix}/items_done" in row]
+    assert live, "no progress row reached the W&B run"
+    last = live[-1]
+    assert last[f"{prefix}/items_done"] == last[f"{prefix}/items_total"] == result.statuses["written"]
+    assert last[f"{prefix}/write/tokens"] == result.total_tokens and last[f"{prefix}/write/tokens_per_s"] > 0
+    assert last[f"{prefix}/read/documents"] == len(texts) and last[f"{prefix}/read/bytes"] > 0
+    removed = sum(value for key, value in last.items() if key.startswith(f"{prefix}/filter/removed: "))
+    assert removed == len(texts) - result.total_documents == 20
+    assert wandb_records.step_metrics(tmp_path)[f"{prefix}/read/bytes"] == f"{prefix}/items_done"

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 import nemotron.trackers as trackers
+import wandb_records  # tests/ is on sys.path under pytest
 from nemotron.artifact import Artifact, ArtifactPath
+from nemotron.data_prep.progress import LiveProgress
 from nemotron.errors import NemotronError
 from nemotron.trackers import (
     FileTracker,
@@ -115,3 +117,29 @@ def test_two_processes_under_torchrun_write_one_ledger_line_per_artifact_event(t
     ledger = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
     assert [(e["event"], e["type"]) for e in ledger] == [
         ("save", "pretraindataset"), ("use", "pretraindataset"), ("save", "pretraincheckpoint")]
+
+
+def test_wandb_live_progress_rows_never_make_training_steps_be_dropped(tmp_path, monkeypatch):
+    # A recipe runs data prep and then training in one process, so one W&B run: data prep's live rows
+    # come first, training's steps 0, 1, 2 after; every row must arrive, each against its own x-axis.
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracker = set_lineage_tracker(WandbTracker(project="nemotron-test", run_dir=tmp_path))
+    try:
+        progress = LiveProgress("data_prep/abc", total=3, enabled=False, interval=0.0)
+        for _ in range(3):
+            progress.advance(counts={"read/bytes": 1000, "filter/removed: too short": 1})
+        progress.close()
+        for step in range(3):
+            tracker.log_metrics({"loss": 3.0 - step}, step=step)
+    finally:
+        tracker.finish()
+        set_lineage_tracker(NoOpTracker())
+    rows = wandb_records.history(tmp_path)
+    live = [row for row in rows if "data_prep/abc/items_done" in row]
+    assert [row["data_prep/abc/items_done"] for row in live] == [1, 2, 3]  # one row per report, while it ran
+    assert [row["data_prep/abc/read/bytes"] for row in live] == [1000, 2000, 3000]
+    assert live[-1]["data_prep/abc/filter/removed: too short"] == 3 and live[-1]["data_prep/abc/items_total"] == 3
+    assert [(row["step"], row["loss"]) for row in rows if "loss" in row] == [(0, 3.0), (1, 2.0), (2, 1.0)]
+    axes = wandb_records.step_metrics(tmp_path)
+    assert axes["loss"] == "step" and axes["data_prep/abc/read/bytes"] == "data_prep/abc/items_done"

@@ -3,8 +3,9 @@
 One tracker is active per process, reached through `get_lineage_tracker()`. Artifacts talk to it in
 `Artifact.save` (log_artifact) and `Artifact.load` (use_artifact, resolve); numbers reach it through
 `log_metrics`: the training metrics log (`training.metrics`), the nano2 evaluation steps (their held-out
-numbers, at the checkpoint's step); the sharded tokenization run (`data_prep.shards`) logs its plan, shards
-and totals as tables (`log_table`). `cli.run` calls `finish()` when a step ends. Nothing else calls it.
+numbers, at the checkpoint's step); `log_series`: live progress against its own x-axis (a data-prep run's
+items done, bytes, tokens/s, removals per filter); the sharded tokenization run (`data_prep.shards`) logs
+its plan, shards and totals as tables (`log_table`). `cli.run` calls `finish()` when a step ends. Nothing else calls it.
 
   NoOpTracker   the default; records nothing.
   FileTracker   appends every saved and used artifact to a local JSONL ledger, so lineage can be
@@ -44,6 +45,7 @@ class LineageTracker(Protocol):
     def use_artifact(self, artifact: Artifact) -> None: ...
     def resolve(self, reference: str) -> Path: ...
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None: ...
+    def log_series(self, metrics: dict[str, Any], x: str) -> None: ...
     def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None: ...
     def finish(self) -> None: ...
 
@@ -64,6 +66,9 @@ class NoOpTracker:
         )
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        pass
+
+    def log_series(self, metrics: dict[str, Any], x: str) -> None:
         pass
 
     def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -141,6 +146,9 @@ class FileTracker:
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         pass  # training steps keep their own metrics JSONL next to the checkpoint
 
+    def log_series(self, metrics: dict[str, Any], x: str) -> None:
+        pass  # progress is on stderr; the run's counts are in its receipts
+
     def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
         pass  # the ledger holds lineage only; data-prep runs keep their receipts and summary.json
 
@@ -157,6 +165,7 @@ class WandbTracker:
         self._wandb = wandb
         self.run = wandb.init(project=project, dir=str(run_dir) if run_dir else None, **init)
         self.run_id = self.run.id
+        self._axes: dict[str, str] = {}  # metric -> the metric W&B plots it against (log_series)
 
     def log_artifact(self, artifact: Artifact) -> None:
         art = self._wandb.Artifact(
@@ -188,7 +197,24 @@ class WandbTracker:
         return Path(used.metadata["path"])
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        self.run.log(metrics, step=step)
+        if step is None:
+            self.run.log(metrics)
+        else:
+            self.log_series({"step": step, **metrics}, x="step")
+
+    def log_series(self, metrics: dict[str, Any], x: str) -> None:
+        """One row of metrics, plotted against the metric `x` that the row holds, not W&B's step.
+
+        W&B keeps one step counter per run and drops a row logged at a step below it ("ignoring partial
+        history record"), and a recipe runs its steps in one process, so one run: a data-prep run's
+        live progress rows would have pushed the counter past the first steps of the training logged
+        after it. So W&B's step is only a row number here, and `define_metric` gives every metric its
+        own x-axis: `step` for training and evaluation, `data_prep/<run>/items_done` for data prep."""
+        for key in metrics:
+            if key != x and self._axes.get(key) != x:
+                self.run.define_metric(key, step_metric=x)
+                self._axes[key] = x
+        self.run.log(metrics)
 
     def log_table(self, key: str, columns: list[str], rows: list[list[Any]]) -> None:
         """A W&B Table (e.g. a data-prep run's shard plan, or its finished shards with their counts)."""

@@ -13,16 +13,14 @@ A work item's bytes depend only on the item and the stages, so every executor an
 writes the same files; a run killed at any point (even SIGKILL) resumes from its receipts.
 
 Progress goes to stderr while items finish: items done, bytes read, documents, tokens per second,
-and what each filter removed.
+and what each filter removed; with W&B active, the same numbers are live metrics (`progress.py`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from nemotron.data_prep import storage
 from nemotron.data_prep.blend import SPLITS
 from nemotron.data_prep.executors import run_work_items
 from nemotron.data_prep.formats import FORMATS
+from nemotron.data_prep.progress import LiveProgress
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
 from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.errors import NemotronError
@@ -66,7 +65,7 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
     storage.write_text(storage.join(plan.output_dir, "plan.json"), json.dumps(plan.fingerprint, indent=2,
                                                                               sort_keys=True) + "\n")
     jobs = [(plan.run_hash, plan.output_dir, item) for item in plan.items]
-    report = Progress(len(jobs), [stage.name for stage in plan.stages], enabled=progress)
+    report = Progress(plan.run_hash, len(jobs), [stage.name for stage in plan.stages], enabled=progress)
     statuses = {}
     # The stages are fused on one worker, so an item needs what its most demanding stage declares.
     cpus = max(stage.resources.cpus for stage in plan.stages)
@@ -81,8 +80,8 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
 
 def _report_to_tracker(plan: StagePlan, counts: dict[str, int], statuses: dict[str, str], executor: str) -> None:
     """The run's counts per stage (read, removed by each filter, written per split) and its work items'
-    statuses as one table on the active tracker (W&B, a ledger line, or nothing). A table, not metrics:
-    a metric would advance the W&B step counter of the training steps that log into the same run."""
+    statuses as one table on the active tracker (W&B, a ledger line, or nothing); the same numbers went
+    out live while the run went (`Progress`), this is the final count to read as a table."""
     log_table = getattr(get_lineage_tracker(), "log_table", None)
     if log_table is None:
         return
@@ -135,40 +134,34 @@ def _discard(run_dir: storage.PathLike, item: WorkItem) -> bool:
     return bool(removed)
 
 
-class Progress:
-    """Per-stage progress on stderr: at most one line a second while items finish, and a last line."""
+class Progress(LiveProgress):
+    """Per-stage progress: items done, bytes read, documents, tokens per second and what each filter
+    removed, on stderr and, with W&B active, as live metrics `data_prep/<run hash>/<stage>/<what>`."""
 
-    def __init__(self, total: int, stages: list[str], enabled: bool = True):
-        self.total, self.stages, self.enabled = total, stages, enabled
-        self.done, self.statuses, self.counts = 0, {}, {}
-        self.started = self.printed = time.perf_counter()
-        self.printed_at = -1  # items done when the last line was printed
+    def __init__(self, run_hash: str, total: int, stages: list[str], enabled: bool = True):
+        super().__init__(f"data_prep/{run_hash[:16]}", total, enabled)
+        self.stages, self.statuses = stages, {}
 
     def update(self, status: str, counts: dict[str, int]) -> None:
-        self.done += 1
         self.statuses[status] = self.statuses.get(status, 0) + 1
-        for key, value in counts.items():
-            self.counts[key] = self.counts.get(key, 0) + value
-        if self.enabled and time.perf_counter() - self.printed >= 1.0:
-            self._print()
+        self.advance(counts=counts)
 
-    def close(self) -> None:
-        if self.enabled and self.printed_at != self.done:
-            self._print()
+    def tokens(self) -> int:
+        return sum(value for key, value in self.counts.items() if key.startswith("write/") and key.endswith("/tokens"))
+
+    def numbers(self) -> dict[str, float]:
+        tokens = self.tokens()
+        return {**self.counts, **{f"items/{status}": n for status, n in self.statuses.items()},
+                "write/tokens": tokens, "write/tokens_per_s": round(tokens / self.seconds, 1)}
 
     def line(self) -> str:
-        seconds = max(time.perf_counter() - self.started, 1e-9)
         parts = [f"{self.done}/{self.total} items ({', '.join(f'{n} {s}' for s, n in sorted(self.statuses.items()))})"]
         for stage in self.stages:
             mine = {key.split("/", 1)[1]: value for key, value in self.counts.items() if key.startswith(f"{stage}/")}
             if stage == "write":
-                tokens = sum(v for k, v in mine.items() if k.endswith("/tokens"))
-                parts.append(f"write: {tokens:,} tokens ({tokens / seconds:,.0f}/s)")
+                tokens = self.tokens()
+                parts.append(f"write: {tokens:,} tokens ({tokens / self.seconds:,.0f}/s)")
             elif mine:
                 shown = {k: (f"{v / 1e6:.1f} MB" if k == "bytes" else f"{v:,}") for k, v in sorted(mine.items())}
                 parts.append(f"{stage}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
         return "data_prep: " + " | ".join(parts)
-
-    def _print(self) -> None:
-        print(self.line(), file=sys.stderr, flush=True)
-        self.printed, self.printed_at = time.perf_counter(), self.done

@@ -1,0 +1,62 @@
+"""Live progress of a run of work items: a line on stderr and, with W&B active, the same numbers as metrics.
+
+    progress = LiveProgress("post_training/normalize", total=len(units))
+    for unit in units:
+        ...
+        progress.advance(counts={"records": 120, "removed: empty": 3})
+    progress.close()
+
+At most one report a second while items finish, and a last one at `close`. A report is one stderr line
+(stdout carries artifact JSON only) and, through the active tracker's `log_series`, one row of metrics
+`<prefix>/<name>` plotted against `<prefix>/items_done`, so a W&B run shows the run advancing live,
+not only its final tables. Subclasses shape the line and the numbers (`line`, `numbers`); the default
+counts items and sums the `counts` each item brings.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from nemotron.trackers import get_lineage_tracker
+
+
+class LiveProgress:
+    def __init__(self, prefix: str, total: int, enabled: bool = True, interval: float = 1.0):
+        """`prefix` names the metrics (e.g. `data_prep/<run hash>`); `enabled` is the stderr line only."""
+        self.prefix, self.total, self.enabled, self.interval = prefix, total, enabled, interval
+        self.done, self.counts = 0, {}
+        self.started = self.reported = time.perf_counter()
+        self.reported_at = -1  # items done at the last report
+        self._log_series = getattr(get_lineage_tracker(), "log_series", None)  # trackers that predate it
+
+    @property
+    def seconds(self) -> float:
+        return max(time.perf_counter() - self.started, 1e-9)
+
+    def advance(self, items: int = 1, counts: dict[str, int] | None = None) -> None:
+        self.done += items
+        for key, value in (counts or {}).items():
+            self.counts[key] = self.counts.get(key, 0) + value
+        if time.perf_counter() - self.reported >= self.interval:
+            self.report()
+
+    def close(self) -> None:
+        if self.reported_at != self.done:
+            self.report()
+
+    def line(self) -> str:
+        counts = ", ".join(f"{key} {value:,}" for key, value in sorted(self.counts.items()))
+        return f"{self.prefix}: {self.done}/{self.total} items" + (f" | {counts}" if counts else "")
+
+    def numbers(self) -> dict[str, float]:
+        return dict(self.counts)
+
+    def report(self) -> None:
+        if self.enabled:
+            print(self.line(), file=sys.stderr, flush=True)
+        if self._log_series is not None:
+            x = f"{self.prefix}/items_done"
+            row = {"items_total": self.total, "seconds": round(self.seconds, 3), **self.numbers()}
+            self._log_series({x: self.done, **{f"{self.prefix}/{key}": value for key, value in row.items()}}, x=x)
+        self.reported, self.reported_at = time.perf_counter(), self.done
