@@ -14,11 +14,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import wandb_records  # tests/ is on sys.path under pytest
 from nemotron.data_prep.chat.harmony import parse
+from nemotron.data_prep.post_training.normalize_run import Source, plan_normalize, run_units
 from nemotron.data_prep.post_training.records import Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import SCHEMA, read_records, split_files
 from nemotron.errors import NemotronError
 from nemotron.recipes.post_training_data import normalize
+from nemotron.trackers import NoOpTracker, WandbTracker, set_lineage_tracker
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -218,3 +221,26 @@ def test_killed_run_resumes_to_the_same_bytes(tmp_path):
     assert resumed.metrics["units_skipped"] == done
     assert folder_bytes(tmp_path / "killed") == folder_bytes(tmp_path / "fresh")
     assert resumed.digest == fresh.digest
+
+
+def test_progress_goes_to_stderr_and_to_wandb_as_live_metrics(tmp_path, bad_inputs, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sources = [Source.parse(f"{family}={bad_inputs[family]}") for family in ("math", "agentic", "harmony")]
+    plan = plan_normalize(sources, tmp_path / "out")
+    tracker = set_lineage_tracker(WandbTracker(project="nemotron-test", run_dir=tmp_path))
+    try:
+        run_units(plan)
+    finally:
+        tracker.finish()
+        set_lineage_tracker(NoOpTracker())
+    prefix = f"post_training/normalize/{plan.run_hash[:16]}/"
+    rows = [row for row in wandb_records.history(tmp_path) if f"{prefix}items_done" in row]
+    last = {key[len(prefix):]: value for key, value in rows[-1].items() if key.startswith(prefix)}
+    assert last["items_done"] == last["items_total"] == last["units/written"] == len(plan.units)
+    # Per unit, before the dataset-wide exact-duplicate pass: every kept record, every removal by reason.
+    assert last["records"] == 4 + 1 + 1 + 1  # 1 math duplicate is still there
+    assert {key: value for key, value in last.items() if key.startswith("removed/")} == {
+        "removed/empty completion": 1, "removed/invalid harmony": 1, "removed/no assistant turn": 1,
+        "removed/not JSON": 1, "removed/tool arguments not JSON": 1, "removed/unknown role": 1}
+    assert f"{prefix[:-1]}: {len(plan.units)}/{len(plan.units)} items" in capsys.readouterr().err

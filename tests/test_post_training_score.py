@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -74,8 +75,11 @@ def test_nll_equals_lm_eval_loglikelihood(tmp_path, demo_pools, tiny_checkpoint)
         assert -mine["nll"] * mine["completion_tokens"] == pytest.approx(loglikelihood, rel=1e-5, abs=1e-4)
 
 
-def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint):
+def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint, capsys):
     first = run_score(tmp_path / "a", demo_pools, tiny_checkpoint)
+    chunks = first.metrics["chunks"]
+    assert re.search(rf"post_training/score/\w+: {chunks}/{chunks} items \| records {first.num_scored}, "
+                     r"tokens [\d,]+ \([\d,]+/s\), too_long 0", capsys.readouterr().err)
     pool_ids = {r["id"] for f in pools.pool_files(demo_pools.pools_dir).values() for r in read_records(f)}
     assert first.num_scored == len(pool_ids)
     scores = read_records(first.scores_path)
@@ -92,6 +96,7 @@ def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint):
     (work / "chunk_00001.parquet").write_bytes(b"half")
     again = run_score(tmp_path / "a", demo_pools, tiny_checkpoint)
     assert again.metrics["chunks_resumed"] == again.metrics["chunks"] - 1
+    assert re.search(r"post_training/score/\w+: 1/1 items \| records 4,", capsys.readouterr().err)
     assert again.digest == first.digest
     after = ((tmp_path / "a" / "scores.parquet").read_bytes(), (tmp_path / "a" / "selected.parquet").read_bytes())
     assert after == before

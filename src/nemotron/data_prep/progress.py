@@ -22,9 +22,11 @@ from nemotron.trackers import get_lineage_tracker
 
 
 class LiveProgress:
-    def __init__(self, prefix: str, total: int, enabled: bool = True, interval: float = 1.0):
-        """`prefix` names the metrics (e.g. `data_prep/<run hash>`); `enabled` is the stderr line only."""
-        self.prefix, self.total, self.enabled, self.interval = prefix, total, enabled, interval
+    def __init__(self, prefix: str, total: int, enabled: bool = True, interval: float = 1.0,
+                 rates: tuple[str, ...] = ()):
+        """`prefix` names the metrics (e.g. `data_prep/<run hash>`); `enabled` is the stderr line only;
+        `rates` are the counts also reported per second (`tokens` -> `tokens_per_s`)."""
+        self.prefix, self.total, self.enabled, self.interval, self.rates = prefix, total, enabled, interval, rates
         self.done, self.counts = 0, {}
         self.started = self.reported = time.perf_counter()
         self.reported_at = -1  # items done at the last report
@@ -46,11 +48,13 @@ class LiveProgress:
             self.report()
 
     def line(self) -> str:
-        counts = ", ".join(f"{key} {value:,}" for key, value in sorted(self.counts.items()))
-        return f"{self.prefix}: {self.done}/{self.total} items" + (f" | {counts}" if counts else "")
+        shown = [f"{key} {value:,}" + (f" ({value / self.seconds:,.0f}/s)" if key in self.rates else "")
+                 for key, value in sorted(self.counts.items())]
+        return f"{self.prefix}: {self.done}/{self.total} items" + (f" | {', '.join(shown)}" if shown else "")
 
     def numbers(self) -> dict[str, float]:
-        return dict(self.counts)
+        per_second = {f"{key}_per_s": round(self.counts.get(key, 0) / self.seconds, 1) for key in self.rates}
+        return {**self.counts, **per_second}
 
     def report(self) -> None:
         if self.enabled:

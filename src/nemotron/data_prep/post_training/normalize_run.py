@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from nemotron import atomic
 from nemotron.artifact import sha256_file
 from nemotron.data_prep.post_training.records import FAMILIES, Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import dataset_card, read_records, write_records
+from nemotron.data_prep.progress import LiveProgress
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
 from nemotron.data_prep.shards import _cut_into_shards
 from nemotron.errors import NemotronError
@@ -221,36 +220,41 @@ def normalize_unit(unit: Unit, strict: bool) -> tuple[list[dict], Counter]:
     return kept, removed
 
 
-def _ensure_unit(job: tuple[NormalizePlan, Unit]) -> str:
+def _ensure_unit(job: tuple[NormalizePlan, Unit]) -> tuple[str, dict[str, int]]:
+    """Normalize one unit unless its receipt proves it done: (status, its counts)."""
     plan, unit = job
-    if is_done(plan.work_dir, read_receipt(plan.work_dir, unit.name), plan.run_hash, unit.name, unit.work):
-        return "skipped"
+    receipt = read_receipt(plan.work_dir, unit.name)
+    if is_done(plan.work_dir, receipt, plan.run_hash, unit.name, unit.work):
+        return "skipped", receipt.stats
     receipt_path(plan.work_dir, unit.name).unlink(missing_ok=True)  # nothing claims the unit is done now
     records, removed = normalize_unit(unit, plan.strict)
     write_records(records, plan.work_dir / f"{unit.name}.parquet")
     stats = {"records": len(records), **{f"removed/{reason}": n for reason, n in sorted(removed.items())}}
     write_receipt(plan.work_dir, make_receipt(plan.work_dir, plan.run_hash, unit.name, unit.work,
                                               [f"{unit.name}.parquet"], stats))
-    return "written"
+    return "written", stats
 
 
 def run_units(plan: NormalizePlan, workers: int = 1) -> Counter:
-    """Normalize every unit not already done (in a pool when workers > 1); counts of skipped/written."""
+    """Normalize every unit not already done (in a pool when workers > 1); counts of skipped/written.
+    Progress (units, records kept, removals per reason) goes to stderr and, with W&B, to live metrics
+    `post_training/normalize/<run hash>/...`."""
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(plan, unit) for unit in plan.units]
     statuses: Counter = Counter()
-    with tqdm(total=len(jobs), desc="normalize", unit="unit", file=sys.stderr, delay=2.0) as bar:
-        if workers <= 1:
-            results: Iterator[str] = map(_ensure_unit, jobs)
-            for status in results:
+    progress = LiveProgress(f"post_training/normalize/{plan.run_hash[:16]}", len(jobs), rates=("records",))
+    if workers <= 1:
+        results: Iterator[tuple[str, dict[str, int]]] = map(_ensure_unit, jobs)
+        for status, stats in results:
+            statuses[status] += 1
+            progress.advance(counts={**stats, f"units/{status}": 1})
+    else:
+        # spawn: the same behaviour on Linux and macOS, and no copied parent state in the children.
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            for status, stats in pool.imap_unordered(_ensure_unit, jobs):
                 statuses[status] += 1
-                bar.update()
-        else:
-            # spawn: the same behaviour on Linux and macOS, and no copied parent state in the children.
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
-                for status in pool.imap_unordered(_ensure_unit, jobs):
-                    statuses[status] += 1
-                    bar.update()
+                progress.advance(counts={**stats, f"units/{status}": 1})
+    progress.close()
     return statuses
 
 

@@ -7,8 +7,9 @@ completion the rest: the assistant's reasoning, tool calls, tool results and fin
 `<|return|>`. The two halves are tokenized the way lm-evaluation-harness tokenizes a loglikelihood
 request (`nemotron.training.logprobs.encode_pair`), so our number equals lm-eval's for the same
 model (tested). Records are batched by length (longest first), scored in chunks of `chunk_records`,
-each chunk receipted under `work/`, so a killed run resumes where it stopped; a progress bar shows the
-chunks. A record longer than the model's context is not scored; it is counted and left out.
+each chunk receipted under `work/`, so a killed run resumes where it stopped; progress (chunks, records,
+tokens/s) goes to stderr and, with W&B active, to live metrics `post_training/score/<run>/...`. A record
+longer than the model's context is not scored; it is counted and left out.
 
 Then each pool keeps records by score (`nemotron.data_prep.post_training.selection.select_by_score`):
 the NLL quantile window `--quantiles 0.1 0.9` (default), or `--selection top_k --top-k N`.
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,13 +36,13 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
 from nemotron.artifact import mark_unfinished
 from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.data_prep.post_training.schema import SCHEMA, read_records, write_records
 from nemotron.data_prep.post_training.selection import select_by_score
+from nemotron.data_prep.progress import LiveProgress
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, write_receipt
 from nemotron.errors import NemotronError
 from nemotron.models.reference import SMOLLM2, reference_identity
@@ -113,7 +113,8 @@ def main(config: Config) -> ScoredSelection:
         model, tokenizer = load_reference_model(config.reference_model)
         context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
         with evaluation_threads(config.num_threads):
-            for k in tqdm(todo, desc="score chunks", unit="chunk", file=sys.stderr):
+            progress = LiveProgress(f"post_training/score/{run_hash[:16]}", len(todo), rates=("tokens",))
+            for k in todo:
                 chunk_started = time.perf_counter()
                 rows = []
                 for record_id in chunks[k]:
@@ -133,8 +134,12 @@ def main(config: Config) -> ScoredSelection:
                 write_records(scores, work / f"chunk_{k:05d}.parquet", SCORES)
                 write_receipt(work, make_receipt(work, run_hash, f"chunk_{k:05d}", {"ids": chunks[k]},
                                                  [f"chunk_{k:05d}.parquet"], {"records": len(rows)}))
-                tokens += sum(r["prompt_tokens"] + r["completion_tokens"] for r in scorable)
+                chunk_tokens = sum(r["prompt_tokens"] + r["completion_tokens"] for r in scorable)
+                tokens += chunk_tokens
                 scoring_seconds += time.perf_counter() - chunk_started
+                progress.advance(counts={"records": len(rows), "too_long": len(rows) - len(scorable),
+                                         "tokens": chunk_tokens})
+            progress.close()
 
     # --- finalize: all scores, then selection per pool ---
     scores = read_records([work / f"chunk_{k:05d}.parquet" for k in range(len(chunks))])
