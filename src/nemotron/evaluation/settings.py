@@ -1,7 +1,7 @@
 """The settings every evaluation step's Config shares: the checkpoint it scores, threads, where, how much, seed.
 
 An evaluation step declares `class Config(EvaluationSettings)` (or `LMEvalSettings`, when it can also
-run lm-evaluation-harness) and adds its own fields (the datasets it reads, how many items, batch size);
+run lm-evaluation-harness) and adds its own fields (the datasets it reads, how many items);
 a step that wants another default or has something step-specific to say redefines the field, with
 its marker (`nemotron.artifact.fields` says what a marker means). Mirrors
 `nemotron.training.settings`; torch-free, so a step's `--help` stays fast.
@@ -32,6 +32,14 @@ class EvaluationSettings:
     seed: int = 0
     """Seeds the step's random choices (distractors, sampled completions); a step with none (greedy
     decoding, fixed windows) records it for lineage only."""
+    batch_size: int = 8
+    """Sequences per forward pass (held-out windows, or chats batched longest first)."""
+
+    @property
+    def piped(self) -> bool:
+        """Whether the checkpoint comes on stdin (neither --checkpoint-path nor --checkpoint-artifact): in a
+        pipe, the step's other inputs that no flag names come through the same stdin."""
+        return self.checkpoint_path is None and self.checkpoint_artifact is None
 
 
 @dataclass

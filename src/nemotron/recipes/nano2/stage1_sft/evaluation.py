@@ -56,7 +56,7 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream
+from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.evaluation.settings import LMEvalSettings
@@ -75,11 +75,11 @@ class Config(LMEvalSettings):
     dataset_path: Path | None = None
     """The SFTDataset whose TEST conversations are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
+    """Or a tracked reference such as `sftdataset:latest`."""
     base_checkpoint_path: Path | None = None
     """The stage-0 PretrainCheckpoint to compare with; default: stdin, else the checkpoint's lineage."""
     base_checkpoint_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
+    """Or a tracked reference such as `pretraincheckpoint:latest`."""
     num_distractors: int = 3
     """Wrong answers offered next to the true one in each multiple-choice item."""
     max_conversations: int | None = None
@@ -88,11 +88,7 @@ class Config(LMEvalSettings):
     """Greedy chat samples written to samples.json."""
     max_new_tokens: int | None = None
     """Tokens per sample; default per scale (tiny 32)."""
-    batch_size: int = 8
-    """Sequences per forward pass (batched longest first)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
-
-
 
 
 def main(config: Config) -> SFTResults:
@@ -106,15 +102,8 @@ def main(config: Config) -> SFTResults:
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
-    dataset = load_upstream(
-        SFTDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact, scale=config.scale,
-        made_from=[checkpoint], stdin=piped, flag="--dataset-path",
-    )
-    base = load_upstream(
-        PretrainCheckpoint, path=config.base_checkpoint_path, tracked_artifact=config.base_checkpoint_artifact,
-        scale=config.scale, made_from=[checkpoint, dataset], stdin=piped, flag="--base-checkpoint-path",
-    )
+    dataset = load_upstream_input(SFTDataset, config, "dataset", made_from=[checkpoint])
+    base = load_upstream_input(PretrainCheckpoint, config, "base_checkpoint", made_from=[checkpoint, dataset])
 
     # --- data: held-out conversations and the multiple-choice items built from them ---
     limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
