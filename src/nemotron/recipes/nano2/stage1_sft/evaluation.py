@@ -59,17 +59,16 @@ from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
-from nemotron.evaluation.settings import LMEvalSettings
+from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out conversations scored at full scale; apply_scale gives tiny 1,000 (all of chatterbot's test split).
 FULL_EVAL_CONVERSATIONS = 100_000
-SAMPLE_TOKENS = {"tiny": 32, "small": 64, "medium": 128, "full": 256}
 
 
 @dataclass
-class Config(LMEvalSettings):
+class Config(ChatEvaluationSettings):
     """Completion-only NLL and answer accuracy of the SFT model and its base model, plus chat samples."""
 
     dataset_path: Path | None = None
@@ -80,14 +79,8 @@ class Config(LMEvalSettings):
     """The stage-0 PretrainCheckpoint to compare with; default: stdin, else the checkpoint's lineage."""
     base_checkpoint_artifact: str | None = None
     """Or a tracked reference such as `pretraincheckpoint:latest`."""
-    num_distractors: int = 3
-    """Wrong answers offered next to the true one in each multiple-choice item."""
     max_conversations: int | None = None
     """Held-out conversations to score (the first ones of the test file); default per scale."""
-    num_samples: int = 4
-    """Greedy chat samples written to samples.json."""
-    max_new_tokens: int | None = None
-    """Tokens per sample; default per scale (tiny 32)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
 
 
@@ -126,7 +119,7 @@ def main(config: Config) -> SFTResults:
                 **answers_by_model[name].metrics(f"{name}_answer"),
             }
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
-                                                  config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+                                                  config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
         out = mark_unfinished(config.output_dir)

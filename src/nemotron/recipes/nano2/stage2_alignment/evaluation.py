@@ -45,9 +45,8 @@ from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.preference import read_pairs, tokenize_pairs
 from nemotron.errors import NemotronError
-from nemotron.evaluation.settings import LMEvalSettings
+from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
-from nemotron.recipes.nano2.stage1_sft.evaluation import SAMPLE_TOKENS
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
@@ -55,7 +54,7 @@ FULL_EVAL_ITEMS = 100_000
 
 
 @dataclass
-class Config(LMEvalSettings):
+class Config(ChatEvaluationSettings):
     """Preference accuracy, reward margins and answer accuracy of the DPO model and its SFT reference."""
 
     dataset_path: Path | None = None
@@ -72,17 +71,9 @@ class Config(LMEvalSettings):
     """Or a tracked reference such as `sftdataset:latest`."""
     beta: float | None = None
     """DPO's beta for the implicit rewards; default: the beta the checkpoint was trained with."""
-    num_distractors: int = 3
-    """Wrong answers per multiple-choice question (chance accuracy is 1 / (1 + this))."""
-    num_samples: int = 4
-    """Greedy chat samples written to samples.json (the same questions as stage-1 evaluation's)."""
-    max_new_tokens: int | None = None
-    """Tokens per sample; default per scale (tiny 32, as stage 1)."""
     max_items: int | None = None
     """Held-out pairs and questions to score (the first ones of each file); default per scale."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
-    seed: int = 0
-    """Seeds the distractors of the answer test (the same seed gives stage 1's items)."""
 
 
 def main(config: Config) -> DPOResults:
@@ -128,7 +119,7 @@ def main(config: Config) -> DPOResults:
             answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
             metrics |= answers_by_model[name].metrics(f"{name}_answer")
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
-                                                  config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+                                                  config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same pairs and items as lm-eval tasks, and any --benchmarks ---
         lm_eval = {"benchmarks": []}
