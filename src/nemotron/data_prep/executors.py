@@ -38,7 +38,9 @@ from typing import Any, TypeVar
 
 from nemotron.errors import NemotronError
 
-EXECUTORS = ("local", "ray")
+# cosmos-xenna (opt-in extra): each stage a xenna stage, streaming or one stage at a time (data_prep/xenna.py).
+XENNA_EXECUTORS = ("xenna", "xenna-batch")
+EXECUTORS = ("local", "ray", *XENNA_EXECUTORS)
 # Ray retries a task this many times when its worker process dies (not when the task raises).
 RAY_MAX_RETRIES = 3
 
@@ -49,6 +51,10 @@ Result = TypeVar("Result")
 def check_executor(executor: str) -> None:
     if executor not in EXECUTORS:
         raise NemotronError(f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}")
+    if executor in XENNA_EXECUTORS:  # before any work: the extra may not be installed
+        from nemotron.data_prep.xenna import import_xenna
+
+        import_xenna()
 
 
 def run_work_items(
@@ -64,6 +70,9 @@ def run_work_items(
     """Run `work(setup(payload), item)` for every item; yield each result as its item finishes.
 
     `cpus_per_item` is what Ray reserves for one item's task (the stages' declared resources)."""
+    if executor in XENNA_EXECUTORS:
+        raise NemotronError(f"executor {executor!r} runs stage lists (run_pretrain_pipeline, run_sft_pipeline, "
+                            "stages.run_stages), not single work functions; use executor='local' or 'ray' here")
     check_executor(executor)
     if not items:
         return

@@ -1,0 +1,257 @@
+"""cosmos-xenna as an opt-in executor: each of our stages a xenna `StageSpec`, run by its `run_pipeline`.
+
+    run_pretrain_pipeline(blend, "data/pretrain", "tokenizer/", executor="xenna")        # streaming
+    run_sft_pipeline(chats, "data/sft", "tokenizer/", executor="xenna-batch")            # batch
+
+NVIDIA's Nemotron data-prep cookbook runs its stages on cosmos-xenna (0.3.0, on Ray; `pip install
+'nemotron[xenna]'`, Linux x86_64 at Python 3.11 only). Here every stage of a plan becomes one xenna
+stage: its actors set our stage up once (`Stage.setup`), it declares our stage's `resources`, and a
+work item travels from stage to stage as an `ItemInFlight` (the item, the records the previous stage
+made, the counts and checksummed outputs so far). The receipt protocol of `stages/runner.py` wraps the
+chain: the first stage passes an item whose receipt proves it done straight through (as "skipped")
+and clears what an earlier attempt left of the others; the last writes the receipt, the commit point.
+So the files and run hash are those of every other executor.
+
+- "xenna": streaming. Every stage has actors at once; items flow between them through xenna's
+  bounded queues (back-pressure), and its autoscaler moves CPUs to the slowest stage.
+- "xenna-batch": one stage at a time over every item, everything in between held in Ray's object store.
+
+Unlike our own executors, which fuse the stages on one worker, an item's records (up to
+`work_item_bytes` of text) cross processes between stages: a worker holds one item, not one batch.
+
+What xenna 0.3.0 needs, and its defects, handled here:
+- Ray's dashboard: xenna lists its actors through Ray's state API, which the dashboard serves. A local
+  Ray is started with it; RAY_ADDRESS joins a running cluster (started with the dashboard) instead.
+- CPUs: xenna hands out `cpu_allocation_percentage` (default 0.95) of each node's CPUs to its actors,
+  and streaming needs one actor per stage at once; 0.95 x 2 CPUs fits no 1-CPU stage twice. We pass
+  1.0 and give the local Ray at least the sum of the stages' CPUs (logical CPUs: read and filter are
+  light and mostly wait on the queues).
+- Every run starts a `ray::NodeResourceMonitor` actor per node and never ends it: its process stays
+  after the run (and after `ray.shutdown()`). We note its pid from Ray's state API and end it.
+- A worker that dies fails the whole run (xenna retries no task). It is reported as one error line;
+  items done before it have receipts, so a re-run redoes only the rest.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemotron.data_prep import storage
+from nemotron.data_prep.receipts import Receipt, is_done, make_receipt, read_receipt, write_receipt
+from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
+from nemotron.errors import NemotronError
+
+MODES = {"xenna": "STREAMING", "xenna-batch": "BATCH"}
+MONITOR_CLASS = "NodeResourceMonitor"  # the actor xenna leaves running after every run
+
+
+@dataclass
+class ItemInFlight:
+    """A work item between two xenna stages: what the next one needs to go on, all picklable."""
+
+    run_hash: str
+    run_dir: storage.PathLike
+    item: WorkItem
+    status: str = ""  # "" until the first stage decides: skipped | redone | written
+    records: list = field(default_factory=list)  # what the previous stage yielded (batches)
+    counts: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)  # output file -> sha256, as the receipt holds them
+
+
+def import_xenna():
+    """cosmos_xenna.pipelines.v1, or one error line saying how to install it."""
+    try:
+        from cosmos_xenna.pipelines import v1
+    except ImportError as error:
+        raise NemotronError(f"executor 'xenna' needs cosmos-xenna 0.3.0 ({error}); install it with "
+                            "pip install 'nemotron[xenna]' (Linux x86_64, Python 3.11 only)") from error
+    return v1
+
+
+def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem, ...], stages: tuple[Stage, ...],
+                 mode: str = "xenna", workers: int = 1) -> list[tuple[str, str, dict]]:
+    """Every item through `stages` on cosmos-xenna; (item name, status, counts) per item, in plan order."""
+    v1 = import_xenna()
+    import ray
+
+    started_here = _start_ray(ray, workers, sum(stage.resources.cpus for stage in stages))
+    specs = [v1.StageSpec(_xenna_stage(v1, stage, first=n == 0, last=n == len(stages) - 1))
+             for n, stage in enumerate(stages)]
+    # Progress is ours (one line on stderr); xenna's status tables (60 lines every interval) are off.
+    quiet = v1.VerbosityLevel.NONE
+    config = v1.PipelineConfig(execution_mode=getattr(v1.ExecutionMode, MODES[mode]), return_last_stage_outputs=True,
+                               cpu_allocation_percentage=1.0, monitoring_verbosity_level=quiet,
+                               actor_pool_verbosity_level=quiet,
+                               mode_specific=v1.StreamingSpecificSpec(executor_verbosity_level=quiet)
+                               if mode == "xenna" else None)
+    jobs = [ItemInFlight(run_hash, run_dir, item) for item in items]
+    done, failure = None, None
+    try:
+        done = v1.run_pipeline(v1.PipelineSpec(input_data=jobs, stages=specs, config=config))
+    except Exception as error:  # xenna raises what Ray raised in an actor, wrapped in its own errors
+        failure = _one_line(error, ray)  # keeps no traceback: xenna's frames hold the monitor's handle
+    _end_monitors(ray, started_here)
+    if failure is not None:
+        raise failure
+    by_name = {job.item.name: job for job in done or []}
+    missing = [item.name for item in items if item.name not in by_name]
+    if missing:
+        raise NemotronError(f"cosmos-xenna returned no result for work items {', '.join(missing[:5])} of {run_dir}; "
+                            "re-run to make them (the others are receipted)")
+    return [(item.name, by_name[item.name].status, by_name[item.name].counts) for item in items]
+
+
+def _xenna_stage(v1, stage: Stage, first: bool, last: bool):
+    """Our stage as a xenna Stage (a class made here, since cosmos_xenna is imported only on demand)."""
+
+    class XennaStage(v1.Stage):
+        def __init__(self):
+            self.stage, self.first, self.last = stage, first, last
+
+        @property
+        def required_resources(self):
+            return v1.Resources(cpus=self.stage.resources.cpus)
+
+        def setup(self, worker_metadata) -> None:
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the actors are the parallelism
+            self.stage.setup()
+
+        def process_data(self, in_data: list[ItemInFlight]) -> list[ItemInFlight]:
+            return [self._one(job) for job in in_data]
+
+        def _one(self, job: ItemInFlight) -> ItemInFlight:
+            if self.first:
+                _open_item(job)
+            if job.status != "skipped":
+                _run_stage(self.stage, job)
+            if self.last and job.status != "skipped":
+                write_receipt(job.run_dir, Receipt(run_hash=job.run_hash, shard=job.item.name, work=job.item.work,
+                                                   outputs=dict(sorted(job.outputs.items())), stats=job.counts))
+            return job
+
+    XennaStage.__name__ = XennaStage.__qualname__ = f"{type(stage).__name__}_{stage.name}"  # xenna's stage name
+    return XennaStage()
+
+
+def _open_item(job: ItemInFlight) -> None:
+    """The receipt protocol's first half: skip a receipted item, else clear an earlier attempt's files."""
+    from nemotron.data_prep.stages.runner import discard_item
+
+    receipt = read_receipt(job.run_dir, job.item.name)
+    if is_done(job.run_dir, receipt, job.run_hash, job.item.name, job.item.work):
+        job.status, job.counts = "skipped", receipt.stats
+    else:
+        job.status = "redone" if discard_item(job.run_dir, job.item) else "written"
+
+
+def _run_stage(stage: Stage, job: ItemInFlight) -> None:
+    """One stage over one item: its records in, its records out (held for the next stage); the files it
+    wrote are checksummed here, in the process that wrote them (and published, for an object store)."""
+    with tempfile.TemporaryDirectory(prefix=f"{job.item.name}.") as scratch:
+        remote = storage.is_url(job.run_dir)
+        folder = Path(scratch) / "out" if remote else Path(job.run_dir)
+        context = ItemContext(job.item, Path(scratch), folder, counts=job.counts)
+        job.records = list(stage.process(context, iter(job.records)))
+        if context.outputs:
+            receipt = make_receipt(folder, job.run_hash, job.item.name, job.item.work, context.outputs, {})
+            job.outputs.update(receipt.outputs)
+            for name in context.outputs if remote else ():
+                storage.publish(folder / name, storage.join(job.run_dir, name))
+
+
+def _start_ray(ray, workers: int, stage_cpus: float) -> bool:
+    """Join RAY_ADDRESS or a running Ray, else start a local one with the dashboard; True if started here."""
+    if ray.is_initialized():
+        return False
+    # What xenna's own init sets before ray.init: the dashboard reads these when it starts, and xenna
+    # asks the state API for up to 40,000 actors (Ray's default limit, 10,000, refuses the request).
+    for name, value in (("RAY_MAX_LIMIT_FROM_API_SERVER", "40000"), ("RAY_MAX_LIMIT_FROM_DATA_SOURCE", "40000"),
+                        ("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "1")):
+        os.environ.setdefault(name, value)
+    # log_to_driver=False: actor output must never reach this process's stdout (artifact JSON only).
+    address = os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+            return False
+        ray.init(num_cpus=max(workers, int(-(-stage_cpus // 1))), include_dashboard=True, log_to_driver=False)
+    except (ConnectionError, RuntimeError) as error:
+        raise NemotronError(f"cosmos-xenna could not start or join Ray (RAY_ADDRESS={address or 'unset'}): "
+                            f"{error}") from error
+    return True
+
+
+def _end_monitors(ray, started_here: bool, wait_s: float = 5.0) -> None:
+    """End the processes of this node's NodeResourceMonitor actors that Ray already lists DEAD (xenna lets
+    go of the handle, Ray marks the actor dead, yet a non-daemon metrics thread keeps its process running),
+    and shut down a Ray started here. A monitor still ALIVE after `wait_s` belongs to another run: left be
+    (ending a live actor's process would also print the raylet's error line on this process's stdout)."""
+    gc.collect()  # the last references to xenna's monitor may sit in reference cycles
+    deadline = time.monotonic() + wait_s
+    try:
+        from ray.util.state import list_actors
+
+        here = ray.get_runtime_context().get_node_id()
+        while True:
+            actors = [actor for actor in list_actors(filters=[("class_name", "=", MONITOR_CLASS)], detail=True,
+                                                     raise_on_missing_output=False) if actor.node_id == here]
+            for actor in actors:
+                if actor.state == "DEAD" and actor.pid:
+                    _end_process(actor.pid)
+            if all(actor.state == "DEAD" for actor in actors) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    except Exception as error:  # the state API is best effort; a leftover monitor is not worth a failed run
+        print(f"xenna: could not end the {MONITOR_CLASS} process ({error}); end it by its pid", file=sys.stderr)
+    if started_here:
+        ray.shutdown()
+
+
+def _end_process(pid: int, grace_s: float = 3.0) -> None:
+    """SIGTERM the monitor's process, SIGKILL it if it is still there after `grace_s`."""
+    try:
+        if MONITOR_CLASS not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+            return  # gone, and the pid reused by another process
+    except OSError:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _one_line(error: BaseException, ray: Any) -> NemotronError:
+    """What failed, in one line: our own error from a stage as it is, a dead worker as what to do next."""
+    seen, cause = set(), error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, NemotronError):
+            return NemotronError(str(cause).splitlines()[0])
+        if isinstance(cause, ray.exceptions.RayTaskError) and isinstance(cause.cause, NemotronError):
+            return NemotronError(str(cause.cause).splitlines()[0])
+        if "exceeds the supported limit" in str(cause):
+            return NemotronError("the running Ray's dashboard refuses cosmos-xenna's actor listing (40,000 at once); "
+                                 "start that Ray with RAY_MAX_LIMIT_FROM_API_SERVER=40000 and "
+                                 "RAY_MAX_LIMIT_FROM_DATA_SOURCE=40000 in its environment, or let the executor "
+                                 "start a local Ray (no ray.init, no RAY_ADDRESS)")
+        if isinstance(cause, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError):
+            return NemotronError("a cosmos-xenna worker died mid-run (killed, out of memory, or its node was lost) "
+                                 "and xenna 0.3.0 fails the whole run; the work items done before it are receipted: "
+                                 "re-run the same call to make the rest")
+        cause = cause.__cause__ or cause.__context__
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return NemotronError(f"cosmos-xenna run failed: {type(error).__name__}: {first}; re-run to resume from the "
+                         "receipts, or run with executor='local' to see the error in this process")
