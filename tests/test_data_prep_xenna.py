@@ -154,3 +154,19 @@ def test_work_functions_refuse_the_stage_executor(tmp_path):
 
     with pytest.raises(NemotronError, match="runs stage lists .* use executor='local' or 'ray' here"):
         list(run_work_items(len, ["x"], lambda payload: None, None, executor="xenna-batch"))
+
+
+@pytest.mark.slow
+@needs_xenna
+def test_bad_input_in_a_stage_stops_the_run_with_the_line_one_process_gives(cluster, data, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "a fine line"}) + "\n{not json\n")
+    blend = DataBlend(sources=[{"path": str(bad)}])
+    messages = {}
+    for executor in ("local", "xenna"):
+        with pytest.raises(NemotronError) as failed:
+            run_pretrain_pipeline(blend=blend, output_dir=tmp_path / executor, tokenizer=data["tokenizer"],
+                                  executor=executor)
+        messages[executor] = str(failed.value)
+    assert "bad.jsonl:2" in messages["local"]
+    assert messages["xenna"] == messages["local"]
