@@ -238,10 +238,11 @@ def _one_line(error: BaseException, ray: Any) -> NemotronError:
     seen, cause = set(), error
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if isinstance(cause, NemotronError):
-            return NemotronError(str(cause).splitlines()[0])
+        # First: Ray's RayTaskError(NemotronError) is also a NemotronError, its text Ray's traceback header.
         if isinstance(cause, ray.exceptions.RayTaskError) and isinstance(cause.cause, NemotronError):
             return NemotronError(str(cause.cause).splitlines()[0])
+        if isinstance(cause, NemotronError) and not isinstance(cause, ray.exceptions.RayTaskError):
+            return NemotronError(str(cause).splitlines()[0])
         if "exceeds the supported limit" in str(cause):
             return NemotronError("the running Ray's dashboard refuses cosmos-xenna's actor listing (40,000 at once); "
                                  "start that Ray with RAY_MAX_LIMIT_FROM_API_SERVER=40000 and "
