@@ -143,7 +143,8 @@ def test_a_worker_killed_mid_run_is_one_error_and_a_rerun_resumes_to_the_same_by
 def test_a_missing_extra_is_one_line_naming_the_install_before_any_work(data, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cosmos_xenna", None)  # as where the extra is not installed: import fails
     monkeypatch.setitem(sys.modules, "cosmos_xenna.pipelines", None)
-    with pytest.raises(NemotronError, match=r"needs cosmos-xenna 0\.3\.0 .*pip install 'nemotron\[xenna\]'") as failed:
+    missing = r"executor 'xenna' needs cosmos-xenna 0\.3\.0 .*pip install 'nemotron\[xenna\]'"
+    with pytest.raises(NemotronError, match=missing) as failed:
         pretrain(data, tmp_path, "xenna")
     assert "\n" not in str(failed.value)
     assert not list(tmp_path.iterdir())  # nothing planned, nothing written

@@ -51,10 +51,12 @@ Result = TypeVar("Result")
 def check_executor(executor: str) -> None:
     if executor not in EXECUTORS:
         raise NemotronError(f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}")
-    if executor in XENNA_EXECUTORS:  # before any work: the extra may not be installed
-        from nemotron.data_prep.xenna import import_xenna
-
-        import_xenna()
+    if executor in XENNA_EXECUTORS:  # before any work: the extra is opt-in
+        try:
+            import cosmos_xenna.pipelines.v1  # noqa: F401
+        except ImportError as error:
+            raise NemotronError(f"executor {executor!r} needs cosmos-xenna 0.3.0 ({error}); install it with "
+                                "pip install 'nemotron[xenna]' (Linux x86_64, Python 3.11 only)") from error
 
 
 def run_work_items(

@@ -40,11 +40,13 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nemotron.data_prep import storage
+from nemotron.data_prep.executors import check_executor
 from nemotron.data_prep.receipts import Receipt, is_done, make_receipt, read_receipt, write_receipt
 from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.errors import NemotronError
@@ -66,24 +68,17 @@ class ItemInFlight:
     outputs: dict[str, str] = field(default_factory=dict)  # output file -> sha256, as the receipt holds them
 
 
-def import_xenna():
-    """cosmos_xenna.pipelines.v1, or one error line saying how to install it."""
-    try:
-        from cosmos_xenna.pipelines import v1
-    except ImportError as error:
-        raise NemotronError(f"executor 'xenna' needs cosmos-xenna 0.3.0 ({error}); install it with "
-                            "pip install 'nemotron[xenna]' (Linux x86_64, Python 3.11 only)") from error
-    return v1
-
-
 def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem, ...], stages: tuple[Stage, ...],
-                 mode: str = "xenna", workers: int = 1) -> list[tuple[str, str, dict]]:
-    """Every item through `stages` on cosmos-xenna; (item name, status, counts) per item, in plan order."""
-    v1 = import_xenna()
+                 discard: Callable[[storage.PathLike, WorkItem], bool], mode: str = "xenna",
+                 workers: int = 1) -> list[tuple[str, str, dict]]:
+    """Every item through `stages` on cosmos-xenna; (item name, status, counts) per item, in plan order.
+    `discard(run_dir, item)` clears an earlier attempt's files (the runner's, passed in: no import cycle)."""
+    check_executor(mode)  # one line naming the install, if the extra is missing
     import ray
+    from cosmos_xenna.pipelines import v1
 
     started_here = _start_ray(ray, workers, sum(stage.resources.cpus for stage in stages))
-    specs = [v1.StageSpec(_xenna_stage(v1, stage, first=n == 0, last=n == len(stages) - 1))
+    specs = [v1.StageSpec(_xenna_stage(v1, stage, discard, first=n == 0, last=n == len(stages) - 1))
              for n, stage in enumerate(stages)]
     # Progress is ours (one line on stderr); xenna's status tables (60 lines every interval) are off.
     quiet = v1.VerbosityLevel.NONE
@@ -109,12 +104,12 @@ def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem
     return [(item.name, by_name[item.name].status, by_name[item.name].counts) for item in items]
 
 
-def _xenna_stage(v1, stage: Stage, first: bool, last: bool):
+def _xenna_stage(v1, stage: Stage, discard, first: bool, last: bool):
     """Our stage as a xenna Stage (a class made here, since cosmos_xenna is imported only on demand)."""
 
     class XennaStage(v1.Stage):
         def __init__(self):
-            self.stage, self.first, self.last = stage, first, last
+            self.stage, self.discard, self.first, self.last = stage, discard, first, last
 
         @property
         def required_resources(self):
@@ -129,7 +124,7 @@ def _xenna_stage(v1, stage: Stage, first: bool, last: bool):
 
         def _one(self, job: ItemInFlight) -> ItemInFlight:
             if self.first:
-                _open_item(job)
+                _open_item(job, self.discard)
             if job.status != "skipped":
                 _run_stage(self.stage, job)
             if self.last and job.status != "skipped":
@@ -141,15 +136,13 @@ def _xenna_stage(v1, stage: Stage, first: bool, last: bool):
     return XennaStage()
 
 
-def _open_item(job: ItemInFlight) -> None:
+def _open_item(job: ItemInFlight, discard) -> None:
     """The receipt protocol's first half: skip a receipted item, else clear an earlier attempt's files."""
-    from nemotron.data_prep.stages.runner import discard_item
-
     receipt = read_receipt(job.run_dir, job.item.name)
     if is_done(job.run_dir, receipt, job.run_hash, job.item.name, job.item.work):
         job.status, job.counts = "skipped", receipt.stats
     else:
-        job.status = "redone" if discard_item(job.run_dir, job.item) else "written"
+        job.status = "redone" if discard(job.run_dir, job.item) else "written"
 
 
 def _run_stage(stage: Stage, job: ItemInFlight) -> None:

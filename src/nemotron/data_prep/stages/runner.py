@@ -73,7 +73,7 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
     if executor in XENNA_EXECUTORS:  # each stage a cosmos-xenna stage, the receipts the same (data_prep/xenna.py)
         from nemotron.data_prep.xenna import run_on_xenna
 
-        results = run_on_xenna(plan.run_hash, plan.output_dir, plan.items, plan.stages, executor, workers)
+        results = run_on_xenna(plan.run_hash, plan.output_dir, plan.items, plan.stages, discard_item, executor, workers)
     else:
         results = run_work_items(_item_job, jobs, _setup_stages, plan.stages, executor=executor, workers=workers,
                                  cpus_per_item=cpus)
