@@ -1,6 +1,7 @@
 """The cosmos-xenna executor (`executor="xenna"` streaming, `"xenna-batch"`): the same bytes and run hash
-as one process for bin/idx and packed Parquet, no `ray::NodeResourceMonitor` process left behind, and a
-worker killed mid-run reported as one error line, then resumed from the receipts to the same bytes.
+as one process for bin/idx and packed Parquet, no `ray::NodeResourceMonitor` or `ray::StageWorker`
+process left behind, a stage's bad-input error as one process gives it, and a worker killed mid-run
+reported as one error line, then resumed from the receipts to the same bytes.
 
 Runs only where the extra installs (`pip install 'nemotron[xenna]'`, Linux x86_64, Python 3.11). One
 local Ray with the dashboard (which xenna needs) serves the whole module: starting Ray takes 10-30 s.
@@ -101,8 +102,9 @@ def test_xenna_writes_the_bytes_and_run_hash_of_one_process_in_both_modes(cluste
         assert folder_bytes(made.output_dir) == expected, executor
         assert made.statuses == local.statuses, executor
         assert made.counts == local.counts, executor
-        # xenna 0.3.0 leaves this actor's process running after every run; the executor ends it.
-        assert not our_ray_processes("NodeResourceMonitor"), f"{executor} left a NodeResourceMonitor running"
+        # xenna 0.3.0 leaves these actors' processes running after every run; the executor ends them.
+        for leftover in ("NodeResourceMonitor", "StageWorker"):
+            assert not our_ray_processes(leftover), f"{executor} left a ray::{leftover} process running"
     time.sleep(1)  # Ray prints a raylet's error lines (a worker's death) on stdout, a moment later
     assert capfd.readouterr().out == "", "stdout carries artifact JSON only"
 
@@ -137,7 +139,7 @@ def test_a_worker_killed_mid_run_is_one_error_and_a_rerun_resumes_to_the_same_by
     resumed = pretrain(data, tmp_path / "xenna", "xenna", work_item_bytes=1_500)
     assert resumed.statuses["skipped"] >= 1
     assert folder_bytes(resumed.output_dir) == expected
-    assert not our_ray_processes("NodeResourceMonitor")
+    assert not our_ray_processes("NodeResourceMonitor") and not our_ray_processes("StageWorker")
 
 
 def test_a_missing_extra_is_one_line_naming_the_install_before_any_work(data, tmp_path, monkeypatch):

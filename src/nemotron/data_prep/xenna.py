@@ -20,14 +20,15 @@ Unlike our own executors, which fuse the stages on one worker, an item's records
 `work_item_bytes` of text) cross processes between stages: a worker holds one item, not one batch.
 
 What xenna 0.3.0 needs, and its defects, handled here:
-- Ray's dashboard: xenna lists its actors through Ray's state API, which the dashboard serves. A local
-  Ray is started with it; RAY_ADDRESS joins a running cluster (started with the dashboard) instead.
-- CPUs: xenna hands out `cpu_allocation_percentage` (default 0.95) of each node's CPUs to its actors,
-  and streaming needs one actor per stage at once; 0.95 x 2 CPUs fits no 1-CPU stage twice. We pass
-  1.0 and give the local Ray at least the sum of the stages' CPUs (logical CPUs: read and filter are
-  light and mostly wait on the queues).
-- Every run starts a `ray::NodeResourceMonitor` actor per node and never ends it: its process stays
-  after the run (and after `ray.shutdown()`). We note its pid from Ray's state API and end it.
+- Ray's dashboard: xenna lists its actors through Ray's state API (served by the dashboard), 40,000
+  at a time, which a Ray started without RAY_MAX_LIMIT_FROM_API_SERVER=40000 refuses. A local Ray is
+  started with both; a Ray started elsewhere (RAY_ADDRESS, ray.init) must have them, or the run stops
+  with one line saying so.
+- CPUs: xenna gives its actors `cpu_allocation_percentage` (default 0.95) of each node's CPUs, and
+  streaming needs one actor per stage at once: 0.95 x 2 CPUs fits one 1-CPU actor. We pass 1.0 and
+  give the local Ray at least the sum of the stages' CPUs (logical ones: read and filter are light).
+- Its `ray::NodeResourceMonitor` and `ray::StageWorker` processes outlive every run, even
+  `ray.shutdown()` (non-daemon threads). Once Ray lists those actors dead, we end them by pid.
 - A worker that dies fails the whole run (xenna retries no task). It is reported as one error line;
   items done before it have receipts, so a re-run redoes only the rest.
 """
@@ -52,7 +53,8 @@ from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.errors import NemotronError
 
 MODES = {"xenna": "STREAMING", "xenna-batch": "BATCH"}
-MONITOR_CLASS = "NodeResourceMonitor"  # the actor xenna leaves running after every run
+# xenna actors whose processes outlive every run (non-daemon threads): ended by pid after it.
+LEFTOVER_CLASSES = ("NodeResourceMonitor", "StageWorker")
 
 
 @dataclass
@@ -92,8 +94,8 @@ def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem
     try:
         done = v1.run_pipeline(v1.PipelineSpec(input_data=jobs, stages=specs, config=config))
     except Exception as error:  # xenna raises what Ray raised in an actor, wrapped in its own errors
-        failure = _one_line(error, ray)  # keeps no traceback: xenna's frames hold the monitor's handle
-    _end_monitors(ray, started_here)
+        failure = _one_line(error, ray)  # keeps no traceback: xenna's frames hold its actors' handles
+    _end_leftovers(ray, started_here)
     if failure is not None:
         raise failure
     by_name = {job.item.name: job for job in done or []}
@@ -182,48 +184,42 @@ def _start_ray(ray, workers: int, stage_cpus: float) -> bool:
     return True
 
 
-def _end_monitors(ray, started_here: bool, wait_s: float = 5.0) -> None:
-    """End the processes of this node's NodeResourceMonitor actors that Ray already lists DEAD (xenna lets
-    go of the handle, Ray marks the actor dead, yet a non-daemon metrics thread keeps its process running),
-    and shut down a Ray started here. A monitor still ALIVE after `wait_s` belongs to another run: left be
-    (ending a live actor's process would also print the raylet's error line on this process's stdout)."""
-    gc.collect()  # the last references to xenna's monitor may sit in reference cycles
+def _end_leftovers(ray, started_here: bool, wait_s: float = 5.0) -> None:
+    """End this node's processes of xenna actors that Ray already lists DEAD, and shut down a Ray started
+    here. xenna lets go of its NodeResourceMonitor and StageWorker actors, Ray marks them dead, yet their
+    non-daemon threads (a metrics loop; a stage worker's download and process loops) keep the processes
+    running for good, even after `ray.shutdown()`. An actor still ALIVE after `wait_s` belongs to another
+    run: left be (ending a live actor's process would also make Ray print an error line on stdout)."""
+    gc.collect()  # the last references to xenna's actors may sit in reference cycles
     deadline = time.monotonic() + wait_s
     try:
         from ray.util.state import list_actors
 
         here = ray.get_runtime_context().get_node_id()
         while True:
-            actors = [actor for actor in list_actors(filters=[("class_name", "=", MONITOR_CLASS)], detail=True,
-                                                     raise_on_missing_output=False) if actor.node_id == here]
+            actors = [actor for name in LEFTOVER_CLASSES
+                      for actor in list_actors(filters=[("class_name", "=", name)], detail=True, limit=10_000,
+                                               raise_on_missing_output=False) if actor.node_id == here]
             for actor in actors:
                 if actor.state == "DEAD" and actor.pid:
-                    _end_process(actor.pid)
+                    _end_process(actor.pid, actor.class_name)
             if all(actor.state == "DEAD" for actor in actors) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-    except Exception as error:  # the state API is best effort; a leftover monitor is not worth a failed run
-        print(f"xenna: could not end the {MONITOR_CLASS} process ({error}); end it by its pid", file=sys.stderr)
+    except Exception as error:  # the state API is best effort; a leftover process is not worth a failed run
+        print(f"xenna: could not end the processes xenna leaves ({error}); end any "
+              f"{' or '.join(f'ray::{name}' for name in LEFTOVER_CLASSES)} left by its pid", file=sys.stderr)
     if started_here:
         ray.shutdown()
 
 
-def _end_process(pid: int, grace_s: float = 3.0) -> None:
-    """SIGTERM the monitor's process, SIGKILL it if it is still there after `grace_s`."""
+def _end_process(pid: int, title: str) -> None:
+    """SIGKILL a dead actor's process (nothing left to flush), if its pid still names that actor."""
     try:
-        if MONITOR_CLASS not in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
-            return  # gone, and the pid reused by another process
-    except OSError:
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            os.kill(pid, 0)
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        if title in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+            os.kill(pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass  # gone already
 
 
 def _one_line(error: BaseException, ray: Any) -> NemotronError:
