@@ -90,12 +90,20 @@ def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem
                                mode_specific=v1.StreamingSpecificSpec(executor_verbosity_level=quiet)
                                if mode == "xenna" else None)
     jobs = [ItemInFlight(run_hash, run_dir, item) for item in items]
+    # Ray's state API (xenna's and ours) finds its Ray by RAY_ADDRESS, else by looking in /tmp/ray, and
+    # refuses when several Rays run on the machine (measured: three other users' Rays here). Name ours.
+    address = os.environ.get("RAY_ADDRESS")
+    os.environ["RAY_ADDRESS"] = address or ray.get_runtime_context().gcs_address
     done, failure = None, None
     try:
         done = v1.run_pipeline(v1.PipelineSpec(input_data=jobs, stages=specs, config=config))
     except Exception as error:  # xenna raises what Ray raised in an actor, wrapped in its own errors
         failure = _one_line(error, ray)  # keeps no traceback: xenna's frames hold its actors' handles
-    _end_leftovers(ray, started_here)
+    try:
+        _end_leftovers(ray, started_here)
+    finally:
+        if address is None:
+            os.environ.pop("RAY_ADDRESS", None)
     if failure is not None:
         raise failure
     by_name = {job.item.name: job for job in done or []}
