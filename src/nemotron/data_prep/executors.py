@@ -21,6 +21,8 @@ Executors:
   worker that dies (a killed process, a lost node) has its task retried by Ray (`max_retries`); a
   work item is idempotent, because it redoes a shard only when its receipt does not prove it done and
   clears what an interrupted attempt left behind.
+- "xenna", "xenna-batch" (opt-in extra): for stage lists only; `stages/runner.py` hands each stage to
+  cosmos-xenna as its own stage (`data_prep/xenna.py`), so `run_work_items` refuses them.
 
 In pool and Ray workers the processes are the parallelism, so library thread pools (the Rust
 tokenizer's) are switched off there: two layers of parallelism would only oversubscribe the cores.
