@@ -236,3 +236,38 @@ def test_reuse_refuses_an_output_made_from_an_older_input(tmp_path):
     assert Report.reuse(cfg, inputs=[old_input]) is not None
     new_input = make_dataset(tmp_path / "in", text="v2\n")
     assert Report.reuse(cfg, inputs=[new_input]) is None
+
+
+def test_an_upstream_input_comes_from_its_flag_else_the_pipe_else_the_lineage(tmp_path, monkeypatch):
+    """An evaluation step's second input (`--<name>-path`): the flag wins; given the checkpoint by path the
+    step never reads stdin (it would wait on a terminal) and takes the recorded input; in a pipe, the pipe's."""
+    from dataclasses import dataclass
+
+    import nemotron.artifact.pipe as pipe
+    from nemotron.artifact.upstream import load_upstream_input
+    from nemotron.evaluation.settings import EvaluationSettings
+
+    @dataclass
+    class Config(EvaluationSettings):
+        base_dataset_path: Path | None = None
+        base_dataset_artifact: str | None = None
+
+    class Checkpoint(Artifact):
+        pass
+
+    recorded, explicit, piped = (make_dataset(tmp_path / n, f"{n}\n") for n in ("recorded", "explicit", "piped"))
+    (tmp_path / "ck").mkdir()
+    checkpoint = Checkpoint(path=tmp_path / "ck", inputs=[recorded]).save()
+    pipe_in(monkeypatch, {"data_curation": piped})
+
+    def found(config: Config) -> Path:
+        return load_upstream_input(Dataset, config, "base_dataset", made_from=[checkpoint]).path
+
+    by_path = Config(checkpoint_path=checkpoint.path)
+    assert found(Config(checkpoint_path=checkpoint.path, base_dataset_path=explicit.path)) == explicit.path
+    assert found(by_path) == recorded.path and pipe._STDIN is None  # stdin never read
+    assert found(Config()) == piped.path
+    (tmp_path / "bare").mkdir()
+    bare = Checkpoint(path=tmp_path / "bare").save()
+    with pytest.raises(NemotronError, match="none recorded in the inputs of .*bare; pass its folder with --base-data"):
+        load_upstream_input(Dataset, by_path, "base_dataset", made_from=[bare])

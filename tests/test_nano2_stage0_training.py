@@ -35,6 +35,7 @@ from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.recipes.nano2.stage0_pretrain import data_curation
 from nemotron.recipes.nano2.stage0_pretrain.evaluation import heldout_loss_of_model_dir
 from nemotron.recipes.nano2.stage0_pretrain.training import Config, main
+from nemotron.training.compute import device_name, pick_device
 from nemotron.training.metrics import read_metrics
 
 STEP = "nemotron.recipes.nano2.stage0_pretrain.training"
@@ -275,6 +276,7 @@ def test_a_run_resumes_with_another_thread_count(dataset, trained, tmp_path):
     resumed = main(Config(dataset_path=dataset.path, output_dir=_cut_back_to_step_9(trained.path, tmp_path / "r"),
                           num_threads=1 if threads > 1 else 2, **FEW))
     assert resumed.metrics["resumed_from_step"] == 9 and resumed.metrics["num_threads"] != threads
+    assert resumed.metrics["device"] == device_name(pick_device("auto"))  # what its speed figures were measured on
     records, reference = read_metrics(resumed.metrics_path), read_metrics(trained.metrics_path)
     assert [r["step"] for r in records] == list(range(1, FEW["steps"] + 1))
     # Another thread count may split a reduction differently: the same numbers up to float rounding.
@@ -296,6 +298,29 @@ def test_a_bf16_autocast_run_resumes_in_fp32_through_the_same_code_path(dataset,
     for a, b in zip(bf16_records[9:], records[9:], strict=True):  # steps 10-12: fp32 now, bf16-close
         assert b["step"] == a["step"] and b["loss"] == pytest.approx(a["loss"], rel=2e-2)
     assert resumed.validation_loss == pytest.approx(bf16.validation_loss, rel=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a GPU machine; CI has none)")
+def test_a_run_saved_on_a_gpu_resumes_on_the_cpu_and_the_reverse(dataset, trained, tmp_path):
+    # The real cross-device resume: bf16 autocast on the GPU (auto precision), fp32 on the CPU.
+    gpu = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "gpu", device="cuda", **FEW))
+    assert gpu.metrics["device"].startswith("cuda")
+    gpu_records = read_metrics(gpu.metrics_path)
+    on_cpu = main(Config(dataset_path=dataset.path, output_dir=_cut_back_to_step_9(gpu.path, tmp_path / "on_cpu"),
+                         device="cpu", **FEW))
+    assert on_cpu.metrics["resumed_from_step"] == 9 and on_cpu.metrics["device"] == "cpu"
+    for a, b in zip(gpu_records[9:], read_metrics(on_cpu.metrics_path)[9:], strict=True):
+        assert b["step"] == a["step"] and b["loss"] == pytest.approx(a["loss"], rel=2e-2)
+    # ...and a CPU run (fp32) continued on the GPU (bf16 autocast).
+    on_gpu = main(Config(dataset_path=dataset.path, output_dir=_cut_back_to_step_9(trained.path, tmp_path / "on_gpu"),
+                         device="cuda", **FEW))
+    assert on_gpu.metrics["resumed_from_step"] == 9 and on_gpu.metrics["device"].startswith("cuda")
+    for a, b in zip(read_metrics(trained.metrics_path)[9:], read_metrics(on_gpu.metrics_path)[9:], strict=True):
+        assert b["step"] == a["step"] and b["loss"] == pytest.approx(a["loss"], rel=2e-2)
+    assert on_gpu.validation_loss == pytest.approx(trained.validation_loss, rel=2e-2)
+    # The saved model loads on the CPU in plain transformers, whatever device trained it.
+    model = AutoModelForCausalLM.from_pretrained(on_gpu.path / "model")
+    assert next(model.parameters()).device.type == "cpu"
 
 
 def test_device_cuda_without_a_gpu_is_refused_before_any_work(dataset, tmp_path):

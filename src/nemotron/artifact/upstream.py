@@ -11,6 +11,8 @@ Stdin is only consulted once the pipe has been read for the checkpoint, so a ste
 waits on a terminal or an idle pipe. An input found in the lineage must still have the digest that
 was recorded: if it was re-made since, the held-out split may have moved into training, and the step
 refuses. An input given explicitly that differs from the recorded one is allowed but warned about.
+`load_upstream_input(cls, config, name, made_from)` does the same for an input a step's Config names
+with its `--<name>-path` / `--<name>-artifact` pair, as `Artifact.load_input` does for the first input.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nemotron.artifact import Artifact, find_on_stdin
 from nemotron.errors import NemotronError
@@ -70,3 +72,18 @@ def load_upstream(
             file=sys.stderr,
         )
     return found
+
+
+def load_upstream_input(cls: type[A], config: Any, name: str, made_from: Sequence[Artifact]) -> A:
+    """`load_upstream` for the input `name` of a step's Config: `config.<name>_path` (flag
+    --<name>-path), else `config.<name>_artifact`, else stdin when the checkpoint came down the pipe
+    (`config.piped`, see `nemotron.evaluation.settings`), else the lineage of `made_from`."""
+    return load_upstream(
+        cls,
+        path=getattr(config, f"{name}_path"),
+        tracked_artifact=getattr(config, f"{name}_artifact", None),
+        scale=config.scale,
+        made_from=made_from,
+        stdin=config.piped,
+        flag=f"--{name.replace('_', '-')}-path",
+    )

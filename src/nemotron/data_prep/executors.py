@@ -21,6 +21,8 @@ Executors:
   worker that dies (a killed process, a lost node) has its task retried by Ray (`max_retries`); a
   work item is idempotent, because it redoes a shard only when its receipt does not prove it done and
   clears what an interrupted attempt left behind.
+- "xenna", "xenna-batch" (opt-in extra): for stage lists only; `stages/runner.py` hands each stage to
+  cosmos-xenna as its own stage (`data_prep/xenna.py`), so `run_work_items` refuses them.
 
 In pool and Ray workers the processes are the parallelism, so library thread pools (the Rust
 tokenizer's) are switched off there: two layers of parallelism would only oversubscribe the cores.
@@ -38,7 +40,9 @@ from typing import Any, TypeVar
 
 from nemotron.errors import NemotronError
 
-EXECUTORS = ("local", "ray")
+# cosmos-xenna (opt-in extra): each stage a xenna stage, streaming or one stage at a time (data_prep/xenna.py).
+XENNA_EXECUTORS = ("xenna", "xenna-batch")
+EXECUTORS = ("local", "ray", *XENNA_EXECUTORS)
 # Ray retries a task this many times when its worker process dies (not when the task raises).
 RAY_MAX_RETRIES = 3
 
@@ -49,6 +53,12 @@ Result = TypeVar("Result")
 def check_executor(executor: str) -> None:
     if executor not in EXECUTORS:
         raise NemotronError(f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}")
+    if executor in XENNA_EXECUTORS:  # before any work: the extra is opt-in
+        try:
+            import cosmos_xenna.pipelines.v1  # noqa: F401
+        except ImportError as error:
+            raise NemotronError(f"executor {executor!r} needs cosmos-xenna 0.3.0 ({error}); install it with "
+                                "pip install 'nemotron[xenna]' (Linux x86_64, Python 3.11 only)") from error
 
 
 def run_work_items(
@@ -64,6 +74,9 @@ def run_work_items(
     """Run `work(setup(payload), item)` for every item; yield each result as its item finishes.
 
     `cpus_per_item` is what Ray reserves for one item's task (the stages' declared resources)."""
+    if executor in XENNA_EXECUTORS:
+        raise NemotronError(f"executor {executor!r} runs stage lists (run_pretrain_pipeline, run_sft_pipeline, "
+                            "stages.run_stages), not single work functions; use executor='local' or 'ray' here")
     check_executor(executor)
     if not items:
         return

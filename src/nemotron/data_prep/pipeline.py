@@ -19,9 +19,9 @@ Each is a visible list of stages (`stages/`), the shape of the Nemotron data-pre
     finalize        receipts -> statistics, `data_paths.json`, `blend.json`
 
 To customise, copy the function and edit its `stages` list (docs/data-prep.md: how to add a stage).
-Work items run in this process, a local process pool or on Ray (`executor`, `workers`); the bytes are
-the same everywhere. No process holds the corpus: the driver keeps work items and counts, a worker
-one batch of one work item. Weights are honoured as Megatron-Core does at training time:
+Work items run in this process, a local process pool, on Ray or, opt-in, on cosmos-xenna (`executor`,
+`workers`); the bytes are the same everywhere. No process holds the corpus: the driver keeps work
+items and counts, a worker one batch of one work item. Weights are honoured as Megatron-Core does at training time:
 `blend.json` gives every shard its weight (source weight x the shard's share of the source), the
 `blend_per_split` a `BlendedMegatronDatasetConfig` takes, instead of a global draw. Re-running with
 the same inputs re-uses every work item whose receipt holds, so an interrupted run resumes.
@@ -97,8 +97,10 @@ def run_pretrain_pipeline(
     `executor="local"` runs the work items in this process (`workers=1`) or in a pool of `workers`
     processes (a script then needs the usual `if __name__ == "__main__":` guard, since pool workers
     are spawned); `executor="ray"` runs them as Ray tasks (`RAY_ADDRESS`, else a local Ray with
-    `workers` CPUs). `num_shards` is the least number of work items per input file (more when a file
-    is larger than `work_item_bytes`); `filters` names a quality filter set ("none", "default").
+    `workers` CPUs); `executor="xenna"` (streaming) or `"xenna-batch"` runs each stage as a cosmos-xenna
+    stage (the opt-in extra `nemotron[xenna]`; docs/data-prep.md). `num_shards` is the least number
+    of work items per input file (more when a file is larger than `work_item_bytes`); `filters` names
+    a quality filter set ("none", "default").
     """
     check_executor(executor)
     with resolved_tokenizer(tokenizer) as tokenizer_dir:

@@ -1,7 +1,8 @@
 """The settings every evaluation step's Config shares: the checkpoint it scores, threads, where, how much, seed.
 
 An evaluation step declares `class Config(EvaluationSettings)` (or `LMEvalSettings`, when it can also
-run lm-evaluation-harness) and adds its own fields (the datasets it reads, how many items, batch size);
+run lm-evaluation-harness; `ChatEvaluationSettings`, when it also runs the answer test and chat samples
+of a chat model) and adds its own fields (the datasets it reads, how many items);
 a step that wants another default or has something step-specific to say redefines the field, with
 its marker (`nemotron.artifact.fields` says what a marker means). Mirrors
 `nemotron.training.settings`; torch-free, so a step's `--help` stays fast.
@@ -32,6 +33,14 @@ class EvaluationSettings:
     seed: int = 0
     """Seeds the step's random choices (distractors, sampled completions); a step with none (greedy
     decoding, fixed windows) records it for lineage only."""
+    batch_size: int = 8
+    """Sequences per forward pass (held-out windows, or chats batched longest first)."""
+
+    @property
+    def piped(self) -> bool:
+        """Whether the checkpoint comes on stdin (neither --checkpoint-path nor --checkpoint-artifact): in a
+        pipe, the step's other inputs that no flag names come through the same stdin."""
+        return self.checkpoint_path is None and self.checkpoint_artifact is None
 
 
 @dataclass
@@ -46,3 +55,23 @@ class LMEvalSettings(EvaluationSettings):
     local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
+
+
+# Tokens per greedy chat sample, per scale, when --max-new-tokens is not given.
+CHAT_SAMPLE_TOKENS = {"tiny": 32, "small": 64, "medium": 128, "full": 256}
+
+
+@dataclass
+class ChatEvaluationSettings(LMEvalSettings):
+    """An evaluation step of a chat model: the multiple-choice answer test and greedy chat samples
+    (nemotron.evaluation.chat), built alike in every such step so their numbers compare."""
+
+    num_distractors: int = 3
+    """Wrong answers per multiple-choice question (chance accuracy is 1 / (1 + this))."""
+    num_samples: int = 4
+    """Greedy chat samples written to samples.json (the first distinct held-out questions, the same in
+    every step that samples)."""
+    max_new_tokens: int | None = None
+    """Tokens per chat sample; default per scale (tiny 32)."""
+    seed: int = 0
+    """Seeds the distractors of the answer test (the same seed gives the same items in every step)."""

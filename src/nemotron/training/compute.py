@@ -104,6 +104,15 @@ def pick_device(name: str = "auto", local_rank: int = 0) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
+def device_name(device: torch.device) -> str:
+    """What a run's metrics call its device: "cpu", or the GPU's index and model ("cuda:0 NVIDIA H100 80GB
+    HBM3"), so a measured wall time or tokens/s always says what it was measured on."""
+    if device.type != "cuda":
+        return device.type
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} {torch.cuda.get_device_name(index)}"
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """`--precision` on `device` -> the autocast dtype, or None for plain fp32: auto is bf16 on a GPU
     (its tensor cores' fast dtype; the weights and AdamW state stay fp32) and fp32 on a CPU, where bf16

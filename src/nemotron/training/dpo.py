@@ -133,7 +133,10 @@ def dpo_backward(
         with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast:
             policy = completion_logprobs(forward, prompts * 2, chosen + rejected, batch_size=2 * len(ids))
             policy_chosen, policy_rejected = policy[: len(ids)], policy[len(ids) :]
-            loss, _, _ = dpo_loss(policy_chosen, policy_rejected, *(logps[ids] for logps in reference), beta,
+            # The reference log-probs are kept on the CPU (computed once, saved for resume); on a GPU
+            # this micro-batch's slice travels to the policy's device.
+            reference_chosen, reference_rejected = (logps[ids].to(policy.device) for logps in reference)
+            loss, _, _ = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta,
                                   variant, label_smoothing)
             loss = loss * (len(ids) / pairs_per_rank)
         loss.backward()
@@ -174,8 +177,8 @@ def dpo_step_metrics(loss: torch.Tensor, policy_logps: list, reference: Logps, b
     `policy_logps` holds `(pair ids, chosen log-probs, rejected log-probs)` per micro-batch of this rank.
     """
     ids = [i for micro in policy_logps for i in micro[0]]
-    chosen = torch.cat([micro[1] for micro in policy_logps]).float()
-    rejected = torch.cat([micro[2] for micro in policy_logps]).float()
+    chosen = torch.cat([micro[1] for micro in policy_logps]).float().cpu()  # beside the reference's
+    rejected = torch.cat([micro[2] for micro in policy_logps]).float().cpu()
     rewards = reward_metrics(chosen, rejected, reference[0][ids], reference[1][ids], beta)
     numbers = [loss.item(), rewards["reward_accuracy"], rewards["reward_margin"], chosen.mean(), rejected.mean()]
     local = torch.tensor([float(number) for number in numbers], dtype=torch.float64)
@@ -186,7 +189,7 @@ def dpo_validation(
     model, pairs: tuple, reference: Logps, beta: float, variant: DPOVariant, label_smoothing: float, batch_size: int
 ) -> dict[str, float]:
     """DPO loss, reward accuracy and margin of `model` on held-out tokenized pairs (eval mode, no grad)."""
-    policy = pair_logprobs(model, *pairs, batch_size=batch_size)
+    policy = [side.cpu() for side in pair_logprobs(model, *pairs, batch_size=batch_size)]  # beside the reference's
     loss, _, _ = dpo_loss(*policy, *reference, beta, variant, label_smoothing)
     rewards = reward_metrics(*policy, *reference, beta)
     return {
@@ -208,7 +211,7 @@ def reference_pass(model, pairs: tuple, indices: list[int], batch_size: int) -> 
     full = []
     for values in scored:
         side = torch.full((len(pairs[0]),), float("nan"), dtype=values.dtype)
-        side[indices] = values
+        side[indices] = values.cpu()  # kept on the CPU whatever device scored them
         full.append(side)
     return full[0], full[1]
 

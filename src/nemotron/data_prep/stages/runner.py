@@ -26,7 +26,7 @@ from pathlib import Path
 
 from nemotron.data_prep import storage
 from nemotron.data_prep.blend import SPLITS
-from nemotron.data_prep.executors import run_work_items
+from nemotron.data_prep.executors import XENNA_EXECUTORS, run_work_items
 from nemotron.data_prep.formats import FORMATS
 from nemotron.data_prep.progress import LiveProgress
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
@@ -69,8 +69,14 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
     statuses = {}
     # The stages are fused on one worker, so an item needs what its most demanding stage declares.
     cpus = max(stage.resources.cpus for stage in plan.stages)
-    for name, status, counts in run_work_items(_item_job, jobs, _setup_stages, plan.stages,
-                                               executor=executor, workers=workers, cpus_per_item=cpus):
+    if executor in XENNA_EXECUTORS:  # each stage a cosmos-xenna stage, the receipts the same (data_prep/xenna.py)
+        from nemotron.data_prep.xenna import run_on_xenna
+
+        results = run_on_xenna(plan.run_hash, plan.output_dir, plan.items, plan.stages, discard_item, executor, workers)
+    else:
+        results = run_work_items(_item_job, jobs, _setup_stages, plan.stages, executor=executor, workers=workers,
+                                 cpus_per_item=cpus)
+    for name, status, counts in results:
         statuses[name] = status
         report.update(status, counts)
     report.close()
@@ -102,7 +108,7 @@ def _item_job(stages: tuple[Stage, ...], job: tuple[str, storage.PathLike, WorkI
     receipt = read_receipt(run_dir, item.name)
     if is_done(run_dir, receipt, run_hash, item.name, item.work):
         return item.name, "skipped", receipt.stats
-    redone = _discard(run_dir, item)
+    redone = discard_item(run_dir, item)
     with tempfile.TemporaryDirectory(prefix=f"{item.name}.") as scratch:
         remote = storage.is_url(run_dir)
         folder = Path(scratch) / "out" if remote else Path(run_dir)
@@ -120,7 +126,7 @@ def _item_job(stages: tuple[Stage, ...], job: tuple[str, storage.PathLike, WorkI
     return item.name, "redone" if redone else "written", context.counts
 
 
-def _discard(run_dir: storage.PathLike, item: WorkItem) -> bool:
+def discard_item(run_dir: storage.PathLike, item: WorkItem) -> bool:
     """Delete whatever an earlier attempt left of this item; True if there was anything."""
     names = [f"{split}/{item.name}{suffix}" for split in SPLITS for fmt in FORMATS.values() for suffix in fmt.suffixes]
     leftovers = [receipt_path(run_dir, item.name), *(storage.join(run_dir, name) for name in names)]

@@ -42,7 +42,7 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream
+from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.tokenizer import EOS_ID
@@ -80,8 +80,6 @@ class Config(LMEvalSettings):
     """Tokens per scored window; default: the seq_len the checkpoint was trained with."""
     max_tokens: int | None = None
     """Held-out tokens to score (whole windows, from the start of the split); default per scale."""
-    batch_size: int = 8
-    """Sequences per forward pass."""
     max_new_tokens: int | None = None
     """Tokens per greedy sample; default per scale (tiny 48)."""
     # Pretraining has no items: lm-eval scores the held-out text itself.
@@ -103,15 +101,7 @@ def main(config: Config) -> PretrainResults:
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    dataset = load_upstream(
-        PretrainDataset,
-        path=config.dataset_path,
-        tracked_artifact=config.dataset_artifact,
-        scale=config.scale,
-        made_from=[checkpoint],
-        stdin=config.checkpoint_path is None and config.checkpoint_artifact is None,
-        flag="--dataset-path",
-    )
+    dataset = load_upstream_input(PretrainDataset, config, "dataset", made_from=[checkpoint])
     seq_len = config.seq_len or trained_seq_len(checkpoint)
     prefixes = dataset.valid_prefixes if config.split == "valid" else dataset.test_prefixes
     if not prefixes:

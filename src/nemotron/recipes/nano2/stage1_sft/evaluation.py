@@ -56,43 +56,32 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream
+from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
-from nemotron.evaluation.settings import LMEvalSettings
+from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out conversations scored at full scale; apply_scale gives tiny 1,000 (all of chatterbot's test split).
 FULL_EVAL_CONVERSATIONS = 100_000
-SAMPLE_TOKENS = {"tiny": 32, "small": 64, "medium": 128, "full": 256}
 
 
 @dataclass
-class Config(LMEvalSettings):
+class Config(ChatEvaluationSettings):
     """Completion-only NLL and answer accuracy of the SFT model and its base model, plus chat samples."""
 
     dataset_path: Path | None = None
     """The SFTDataset whose TEST conversations are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
+    """Or a tracked reference such as `sftdataset:latest`."""
     base_checkpoint_path: Path | None = None
     """The stage-0 PretrainCheckpoint to compare with; default: stdin, else the checkpoint's lineage."""
     base_checkpoint_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
-    num_distractors: int = 3
-    """Wrong answers offered next to the true one in each multiple-choice item."""
+    """Or a tracked reference such as `pretraincheckpoint:latest`."""
     max_conversations: int | None = None
     """Held-out conversations to score (the first ones of the test file); default per scale."""
-    num_samples: int = 4
-    """Greedy chat samples written to samples.json."""
-    max_new_tokens: int | None = None
-    """Tokens per sample; default per scale (tiny 32)."""
-    batch_size: int = 8
-    """Sequences per forward pass (batched longest first)."""
     output_dir: Path = Path("runs/nano2/stage1_sft/evaluation")
-
-
 
 
 def main(config: Config) -> SFTResults:
@@ -106,15 +95,8 @@ def main(config: Config) -> SFTResults:
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
-    dataset = load_upstream(
-        SFTDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact, scale=config.scale,
-        made_from=[checkpoint], stdin=piped, flag="--dataset-path",
-    )
-    base = load_upstream(
-        PretrainCheckpoint, path=config.base_checkpoint_path, tracked_artifact=config.base_checkpoint_artifact,
-        scale=config.scale, made_from=[checkpoint, dataset], stdin=piped, flag="--base-checkpoint-path",
-    )
+    dataset = load_upstream_input(SFTDataset, config, "dataset", made_from=[checkpoint])
+    base = load_upstream_input(PretrainCheckpoint, config, "base_checkpoint", made_from=[checkpoint, dataset])
 
     # --- data: held-out conversations and the multiple-choice items built from them ---
     limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
@@ -137,7 +119,7 @@ def main(config: Config) -> SFTResults:
                 **answers_by_model[name].metrics(f"{name}_answer"),
             }
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
-                                                  config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+                                                  config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
         out = mark_unfinished(config.output_dir)

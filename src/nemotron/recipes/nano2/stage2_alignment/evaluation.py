@@ -40,14 +40,13 @@ from pathlib import Path
 
 from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream
+from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.preference import read_pairs, tokenize_pairs
 from nemotron.errors import NemotronError
-from nemotron.evaluation.settings import LMEvalSettings
+from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
-from nemotron.recipes.nano2.stage1_sft.evaluation import SAMPLE_TOKENS
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
@@ -55,38 +54,26 @@ FULL_EVAL_ITEMS = 100_000
 
 
 @dataclass
-class Config(LMEvalSettings):
+class Config(ChatEvaluationSettings):
     """Preference accuracy, reward margins and answer accuracy of the DPO model and its SFT reference."""
 
     dataset_path: Path | None = None
     """The PreferenceDataset whose test pairs are scored; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
+    """Or a tracked reference such as `preferencedataset:latest`."""
     sft_checkpoint_path: Path | None = None
     """The SFTCheckpoint used as reference; default: stdin, else the checkpoint's lineage."""
     sft_checkpoint_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
+    """Or a tracked reference such as `sftcheckpoint:latest`."""
     sft_dataset_path: Path | None = None
     """The SFTDataset with the held-out questions; default: stdin, else the SFT checkpoint's lineage."""
     sft_dataset_artifact: str | None = None
-    """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
+    """Or a tracked reference such as `sftdataset:latest`."""
     beta: float | None = None
     """DPO's beta for the implicit rewards; default: the beta the checkpoint was trained with."""
-    num_distractors: int = 3
-    """Wrong answers per multiple-choice question (chance accuracy is 1 / (1 + this))."""
-    num_samples: int = 4
-    """Greedy chat samples written to samples.json (the same questions as stage-1 evaluation's)."""
-    max_new_tokens: int | None = None
-    """Tokens per sample; default per scale (tiny 32, as stage 1)."""
     max_items: int | None = None
     """Held-out pairs and questions to score (the first ones of each file); default per scale."""
-    batch_size: int = 8
-    """Sequences per forward pass (batched longest first)."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/evaluation")
-    seed: int = 0
-    """Seeds the distractors of the answer test (the same seed gives stage 1's items)."""
-
-
 
 
 def main(config: Config) -> DPOResults:
@@ -106,20 +93,9 @@ def main(config: Config) -> DPOResults:
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
-    shared = {"scale": config.scale, "stdin": piped}
-    pairs_dataset = load_upstream(
-        PreferenceDataset, path=config.dataset_path, tracked_artifact=config.dataset_artifact,
-        made_from=[checkpoint], flag="--dataset-path", **shared,
-    )
-    sft = load_upstream(
-        SFTCheckpoint, path=config.sft_checkpoint_path, tracked_artifact=config.sft_checkpoint_artifact,
-        made_from=[checkpoint], flag="--sft-checkpoint-path", **shared,
-    )
-    sft_dataset = load_upstream(
-        SFTDataset, path=config.sft_dataset_path, tracked_artifact=config.sft_dataset_artifact,
-        made_from=[sft, pairs_dataset], flag="--sft-dataset-path", **shared,
-    )
+    pairs_dataset = load_upstream_input(PreferenceDataset, config, "dataset", made_from=[checkpoint])
+    sft = load_upstream_input(SFTCheckpoint, config, "sft_checkpoint", made_from=[checkpoint])
+    sft_dataset = load_upstream_input(SFTDataset, config, "sft_dataset", made_from=[sft, pairs_dataset])
     beta = config.beta if config.beta is not None else trained_beta(checkpoint)
 
     # --- data: held-out pairs and the stage-1 answer test ---
@@ -143,7 +119,7 @@ def main(config: Config) -> DPOResults:
             answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
             metrics |= answers_by_model[name].metrics(f"{name}_answer")
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
-                                                  config.max_new_tokens or SAMPLE_TOKENS[config.scale])
+                                                  config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
 
         # --- lm-eval (--harness lm_eval): the same pairs and items as lm-eval tasks, and any --benchmarks ---
         lm_eval = {"benchmarks": []}

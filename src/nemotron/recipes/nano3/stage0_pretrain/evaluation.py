@@ -48,8 +48,6 @@ class Config(EvaluationSettings):
     """The PretrainDataset both were trained on; default: the MoE checkpoint's recorded input."""
     max_tokens: int | None = None
     """Held-out tokens to score; default per scale (tiny 10,000)."""
-    batch_size: int = 8
-    """Windows per forward pass."""
     output_dir: Path = Path("runs/nano3/stage0_pretrain/evaluation")
 
 

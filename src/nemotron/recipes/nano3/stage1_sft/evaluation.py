@@ -63,9 +63,8 @@ def main(config: Config) -> Nano3SFTResults:
     # --- inputs: the SFT model, its dataset (the held-out problems) and its base ---
     sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()
-    piped = config.checkpoint_path is None and config.checkpoint_artifact is None
     dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
-                            stdin=piped, flag="--dataset-path")
+                            stdin=config.piped, flag="--dataset-path")
     base = load_upstream(Nano3PretrainCheckpoint, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                          stdin=False, flag="--checkpoint-path")
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
