@@ -22,12 +22,15 @@ before C . B is formed, the decay matrix is built by an expand + masked cumsum +
 call, and each einsum lays its operands out again. `ssd_chunked_scan` below is the same sum with:
 C . B formed once per group (not per head: 4x less work at nano2 tiny, whose 4 heads share one group),
 heads kept in the batch dimension of every product so that each is one batched matmul, and the decay
-exp(cum_l - cum_s) taken from the difference of running sums, as the mamba_ssm kernels do
-(`_chunk_scan_fwd` uses exp(dA_cs_l - dA_cs_s)). The result equals transformers' to float rounding;
+exp(cum_l - cum_s) taken from the difference of running sums, as the mamba_ssm Triton kernels do
+(ssd_chunk_scan.py: exp(dA_cs_m - dA_cs_k)). The result equals transformers' to float rounding;
 tests/test_mamba2.py compares outputs and gradients on seeded random inputs of several shapes.
+Measured (nano2 tiny's mixer, 8 x 256 tokens, forward + backward, 1 thread, one profiler run on a loaded
+2-core machine): 5.25 s transformers' vs 3.11 s ours over 3 passes each, 1.69x.
 
 `Mamba2TrainingMixer` is transformers' `NemotronHMamba2Mixer` with a forward that runs this scan when
-it can (CPU, training, no cache, no padding mask) and transformers' own forward otherwise (CUDA keeps
+it can (on a CPU, without a cache or a padding mask: training and its validation loss) and
+transformers' own forward otherwise (CUDA keeps
 the mamba_ssm kernels; generation keeps its cache). Its parameters are the same objects under the same
 names, so a saved model is a plain `NemotronHForCausalLM` folder. `use_training_scan(model)` switches
 every Mamba-2 layer of a model to it.
