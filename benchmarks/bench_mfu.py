@@ -6,7 +6,8 @@ On whatever device it runs (CPU threads, or one CUDA GPU):
    step's thread count, bf16 on a GPU), 2 n^3 FLOPs each. Measured here, never a table value: it is
    the number every utilisation below is divided by.
 2. the recipe's train step (nano2 stage 0 at `--scale`, default tiny on a CPU, small on a GPU): the
-   model of `nemotron.models.nano2`, the loss of `nemotron.training.losses.CausalLMLoss` (the output
+   model of `nemotron.models.nano2` with our chunked Mamba-2 scan on a CPU (`nemotron.models.mamba2`, as
+   `TrainingRun.prepare` switches it on), the loss of `nemotron.training.losses.CausalLMLoss` (the output
    head and cross-entropy a block of tokens at a time), the step's AdamW and schedule
    (`nemotron.training.optim.adamw_with_schedule`, stage 0's defaults), gradient clipping; bf16
    autocast on a GPU.
@@ -47,6 +48,7 @@ from transformers import NemotronHForCausalLM
 from transformers.utils import logging as hf_logging
 
 from nemotron.models.flops import training_flops
+from nemotron.models.mamba2 import use_training_scan
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.stage0_pretrain import training
 from nemotron.training.compute import pick_device, seed_everything, torch_threads
@@ -78,7 +80,7 @@ def synchronize(device: torch.device) -> None:
 def recipe_step(config, device: torch.device, steps: int):
     """One training step as stage 0 takes it (see the module docstring, 2.)."""
     settings = training.Config()
-    model = build_model(config, seed=0).to(device).train()
+    model = use_training_scan(build_model(config, seed=0)).to(device).train()
     loss_of = CausalLMLoss(model)
     optimizer, scheduler = adamw_with_schedule(model, settings, steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")

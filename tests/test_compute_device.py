@@ -35,7 +35,7 @@ def test_batches_stay_as_they_are_on_a_cpu():
 
 
 def test_the_mamba_note_names_the_implementation_and_what_is_missing():
-    assert "PyTorch reference scan" in mamba_kernels_note("cpu")
+    assert "nemotron.models.mamba2" in mamba_kernels_note("cpu")
     note = mamba_kernels_note("cuda")
     try:
         import causal_conv1d  # noqa: F401

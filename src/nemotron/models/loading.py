@@ -83,7 +83,8 @@ def quiet_cuda_kernel_notes() -> None:
 def mamba_kernels_note(device_type: str) -> str:
     """One log line naming the Mamba-2 implementation a model on `device_type` runs: the mamba_ssm and
     causal_conv1d CUDA kernels when both are installed and the model is on a GPU, else transformers'
-    PyTorch reference (the chunked scan of `mamba2_chunk_scan`: correct, slower, more memory)."""
+    PyTorch reference (the chunked scan of `mamba2_chunk_scan`: correct, slower, more memory); on a CPU,
+    training (`TrainingRun.prepare`) runs our chunked scan (`nemotron.models.mamba2`) instead."""
     import importlib.util
 
     missing = [name for name in ("mamba_ssm", "causal_conv1d") if importlib.util.find_spec(name) is None]
@@ -92,7 +93,7 @@ def mamba_kernels_note(device_type: str) -> str:
     if device_type == "cuda":
         return (f"Mamba-2: {' and '.join(missing)} not installed, so the PyTorch reference scan runs on the GPU "
                 "(slower; pip install mamba-ssm causal-conv1d for the CUDA kernels)")
-    return "Mamba-2: the PyTorch reference scan (the CUDA kernels need a GPU)"
+    return "Mamba-2: the chunked SSD scan of nemotron.models.mamba2 in training (the CUDA kernels need a GPU)"
 
 
 def load_model(model_dir: Path | str) -> tuple[Any, Any]:

@@ -26,9 +26,9 @@ CPU path used here; `use_mamba_kernels` is deprecated and has no effect in 5.23)
 Training notes that matter on a CPU:
 - call the model with `use_cache=False` when training: the default (`use_cache=True`, needed for
   generation) allocates a recurrent-state cache on every forward pass for nothing;
-- the reference Mamba scan materialises (chunk_size x chunk_size) blocks per head; chunk_size 64 is
-  the fastest of 32/64/128 we measured for 256-token sequences on this CPU
-  (benchmarks/nano2_tiny_throughput.py).
+- the Mamba scan materialises (chunk_size x chunk_size) blocks per head; chunk_size 64 is the fastest
+  of 32/64/128 we measured for 256-token sequences on this CPU (benchmarks/nano2_tiny_throughput.py),
+  and with our training scan 32 and 64 are equal (nemotron.models.mamba2, which training uses on a CPU).
 
 Scales (parameters counted with the vocabulary in `VOCAB_SIZES`; `count_parameters` prints them):
     tiny   ~1.5M   M-*-: one layer of each kind (plus a second MLP), trains in ~2 CPU minutes

@@ -50,20 +50,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 target = targets[start:start + block_size]
                 keep = target != IGNORE_INDEX
                 safe = torch.where(keep, target, 0)
+                row_weight = (keep.to(exact) * scale)[:, None]  # d(loss)/d(this row's loss), 0 if ignored
                 logits = (block @ weight_c.t()).to(exact)
-                log_z = torch.logsumexp(logits, dim=-1)
+                # log Z from the softmax itself, so the exponentials are taken once: the largest probability
+                # is exp(max - log Z) >= 1 / vocabulary, so log Z = max - log(p_max) cannot underflow.
+                top, top_index = logits.max(dim=-1)
+                probs = torch.softmax(logits, dim=-1)
+                log_z = top - probs.gather(1, top_index[:, None]).squeeze(1).log()
                 picked = logits.gather(1, safe[:, None]).squeeze(1)
                 total += ((log_z - picked) * keep).sum()
-                # d(loss)/d(logits) = (softmax - one_hot(target)) / counted, zero on ignored rows.
-                grad_logits = torch.exp(logits.sub_(log_z[:, None]))
-                grad_logits.scatter_add_(1, safe[:, None], torch.full_like(picked[:, None], -1.0))
-                grad_logits.mul_((keep.to(exact) * scale)[:, None])
-                grad_logits = grad_logits.to(dtype)
-                grad_hidden[start:start + block_size] = grad_logits @ weight_c
+                # d(loss)/d(logits) = (softmax - one_hot(target)) * row_weight. The one-hot and the row
+                # weights are applied on the (tokens x hidden) side of the two products, never as passes
+                # over the (tokens x vocabulary) probabilities (measured: 7% of the loss's time at nano2 tiny).
+                probs = probs.to(dtype)
+                grad_hidden[start:start + block_size] = ((probs @ weight_c).to(exact) - weight_c[safe]) * row_weight
+                scaled = block.to(exact) * row_weight
                 if dtype == exact:
-                    grad_weight.addmm_(grad_logits.t(), block)
+                    grad_weight.addmm_(probs.t(), scaled)
                 else:
-                    grad_weight += (grad_logits.t() @ block).to(exact)
+                    grad_weight += (probs.t() @ scaled.to(dtype)).to(exact)
+                grad_weight.index_add_(0, safe, scaled, alpha=-1)
         ctx.save_for_backward(grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype))
         return total * scale
 

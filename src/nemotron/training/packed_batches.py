@@ -25,7 +25,7 @@ How packed conversations are kept from leaking into one another (transformers 5.
   also block-diagonal, for every attention backend: sdpa and eager here, flash-attention varlen with
   cu_seqlens on a GPU (the HF "packing with position_ids" path, as `DataCollatorWithFlattening`).
   Nemotron-H attention uses no position embedding (NoPE), so position_ids change nothing else.
-- Mamba-2 layers: NOT isolated. The PyTorch reference scan (the CPU path) has no notion of
+- Mamba-2 layers: NOT isolated. The PyTorch scans (the CPU path: transformers' and models.mamba2) have no notion of
   sub-sequences: the recurrent state and the 4-tap causal convolution carry from one conversation into
   the next. The CUDA kernels (`mamba_ssm`) can reset the state with `seq_idx`, which transformers
   does not derive from position_ids. `collate_per_conversation` is the exact alternative; the SFT step

@@ -50,6 +50,7 @@ from nemotron.artifact import Artifact, mark_unfinished
 from nemotron.artifact.fields import part_of_the_run
 from nemotron.errors import NemotronError
 from nemotron.models.loading import mamba_kernels_note, quiet_cuda_kernel_notes
+from nemotron.models.mamba2 import use_training_scan
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import (
     autocast_dtype,
@@ -131,8 +132,10 @@ class TrainingRun:
     def prepare(self, model: nn.Module) -> tuple[nn.Module, DistributedDataParallel | None, Any]:
         """Put `model` on this process's device in training mode. Returns (what to call for the forward
         pass: the model, its DDP wrapper under torchrun, compiled with `--compile`; the DDP wrapper or
-        None, for `no_sync`; the autocast context of `--precision` on this device: bf16, or a no-op for fp32)."""
-        model.to(self.device).train()
+        None, for `no_sync`; the autocast context of `--precision` on this device: bf16, or a no-op for fp32).
+        On a CPU the Mamba-2 layers run our chunked scan (`nemotron.models.mamba2`: the same maths as
+        transformers' PyTorch path, 1.3x faster at nano2 tiny); the parameters and the saved folder do not change."""
+        use_training_scan(model).to(self.device).train()
         dtype = autocast_dtype(self.config.precision, self.device)
         # said once `resume` has accepted the output folder, so a refused run prints only its error
         kernels = mamba_kernels_note(self.device.type)

@@ -27,13 +27,14 @@ Supports:
 Packing, what is kept apart and what is not (nemotron.training.packed_batches has the mechanics):
 the loss never crosses a conversation boundary (mask 0 at each conversation's last position), and
 attention is block-diagonal (position_ids restart per conversation; transformers builds the packed
-causal mask from them). The Mamba-2 state is NOT reset between conversations: transformers' CPU
-reference scan has no sub-sequence reset (only the CUDA kernels take `seq_idx`), so the state and the
-4-tap convolution carry over. We accept it, measured (benchmarks/bench_sft_packing.py, tiny, SFT
-from a pretrained tiny base): the trained model scores its validation chats packed vs alone within
-4e-5 (relative); training packed instead of one chat per row changes the validation loss by 0.002,
-ten times less than changing the seed of the row order (0.02); the exact layout (`--layout
-per_conversation`, each chat alone in a padded batch row) makes a step 3x slower. The carried state
+causal mask from them). The Mamba-2 state is NOT reset between conversations: the CPU scans
+(transformers' and nemotron.models.mamba2) have no sub-sequence reset (only the CUDA kernels take
+`seq_idx`), so the state and the 4-tap convolution carry over. We accept it, measured
+(benchmarks/bench_sft_packing.py, tiny, SFT from a pretrained tiny base): the trained model scores its
+validation chats packed vs alone within 4e-5 (relative); training packed instead of one chat per row
+changes the validation loss by 0.002, ten times less than changing the seed of the row order (0.02);
+the exact layout (`--layout per_conversation`, each chat alone in a padded batch row) makes a step 3x
+slower. The carried state
 decays geometrically, and every chat opens with template and user tokens before its first target.
 
 Refuses, before training: a tokenizer (checkpoint's or dataset's) without `<|im_start|>`/`<|im_end|>`
