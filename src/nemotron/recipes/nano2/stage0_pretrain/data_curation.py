@@ -4,14 +4,15 @@ Pretraining quality is decided here, before any model exists (Gopher, Rae et al.
 Su et al. 2024). The step reads like the Nemotron cookbook's data-prep scripts, in three phases:
 
 1. setup: the config, the data blend, per-scale sizes, and the run hash of the curation.
-2. pipeline, one visible stage after another, each one counting what it removes:
-   read the blend's sources -> quality filters (Gopher / C4 heuristics, `data_prep.quality`) ->
-   exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8, `data_prep.dedup`) -> deterministic
-   train/valid/test split (a hash of each document id, so a document never changes sides;
-   `data_prep.blend`) -> split JSONL -> byte-level BPE tokenizer trained on the train split only,
-   with the special tokens and the nano2 chat template that later stages need -> bin/idx shards per
-   split through the sharded, receipted tokenization run (`data_prep.shards`, a worker pool
-   above tiny, or Ray tasks with `--executor ray`).
+2. stages (`data_prep.stages`), two visible lists over the blend's work items, each stage counting what
+   it removes; no process holds the corpus (docs/data-prep.md):
+   signatures: read -> per document, the quality verdict (Gopher / C4 heuristics), the split (a hash of
+   its id), the exact-dedup hash and the MinHash sketch; then the driver, from signatures alone: scale
+   cap -> quality -> exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8) -> the blend's weighted
+   draw, per document (`stages.dedup`); split: read -> drop by those decisions -> split JSONL per work
+   item. A byte-level BPE tokenizer is trained on the train split's files (streamed), with the special
+   tokens and the chat template later stages need; then tokenize-and-write: the split files -> bin/idx,
+   about `--num-shards` shards of train (in this process at tiny, a pool of `--workers`, or Ray tasks).
 3. finalize: aggregate the runs' receipts into metrics and save a `PretrainDataset` artifact whose
    lineage (`inputs`) points at the raw source files.
 
@@ -22,8 +23,8 @@ per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5. `--blend-path blend.json`
 Synthetic data (off by default): `--synthetic.strategies wikipedia_rephrase diverse_qa` first runs
 the `synthetic_data` step into `<output_dir>/synthetic` (seed documents of the train split rephrased
 by the model behind `--synthetic.endpoint.url`; skipped when already up to date, resumed when it was
-interrupted), then adds its records to the TRAIN split only, as `--synthetic.weight` of the train
-documents (repeating them when that asks for more than there are, as a blend upweights a source).
+interrupted), then adds its records to the TRAIN split only (a file of their own), as `--synthetic.weight` of the
+train documents (repeating them when that asks for more than there are, as a blend upweights a source).
 They skip the heuristic filters, which are tuned for web text (a QA list or a bulleted list of facts
 would fail the Gopher line rules), and are counted in `synthetic`. Lineage: the PretrainDataset's
 inputs hold the SyntheticDataset, whose inputs hold the seed files and the model.
@@ -58,14 +59,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import tokenizers
-
 from nemotron import atomic
 from nemotron.artifact import (
     ArtifactRef,
     apply_scale,
     mark_unfinished,
-    sha256_file,
     source_ref,
 )
 from nemotron.artifact.fields import execution
@@ -91,13 +89,13 @@ from nemotron.data_prep.stages import (
     run_stages,
 )
 from nemotron.data_prep.stages.dedup import DecisionStage, SignatureStage, resolve_signatures
-from nemotron.data_prep.stages.finalize import finalize
+from nemotron.data_prep.stages.finalize import finalize, reader_counts
 from nemotron.data_prep.tokenizer import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
     VOCAB_SIZES,
     load_tokenizer,
-    train_tokenizer,
+    train_tokenizer_on_files,
 )
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PretrainDataset, SyntheticDataset
@@ -199,7 +197,7 @@ def main(config: Config) -> PretrainDataset:
                 SignatureStage(blend.split, filters="default", seed=config.seed),  # quality, hashes, MinHash
             ], out / "curation")
             run_here(signatures, config)
-            read_counts = per_source(signatures)
+            read_counts = reader_counts(signatures)
         with timed("dedup", seconds):  # scale cap, quality, exact, near, weighted draw: from signatures alone
             shutil.rmtree(out / "curation" / "decisions", ignore_errors=True)
             resolution = resolve_signatures(signatures, blend, out / "curation" / "decisions", limit=max_documents,
@@ -232,8 +230,8 @@ def main(config: Config) -> PretrainDataset:
         save_curation(out, run_hash, blend.splits, counts, split_runs)
     files = {split: split_files(split_runs, split) for split in blend.splits}
     with timed("tokenizer", seconds):
-        tokenizer_dir, tokenizer_reused = train_or_reuse_tokenizer(out, files["train"], vocab_size,
-                                                                   config.chat_template)
+        tokenizer_dir, tokenizer_reused = train_tokenizer_on_files(  # receipted: re-used when nothing changed
+            out, files["train"], vocab_size, chat_template_named(config.chat_template).jinja)
 
     # --- stages, pass 2: the split files -> tokenize-and-write bin/idx ---
     with timed("shards", seconds):
@@ -373,20 +371,6 @@ def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
     return run_stages(plan, executor=executor, workers=max(1, min(workers, len(pending))))
 
 
-def per_source(run: StagePlan) -> dict[str, dict]:
-    """Documents read and skipped by the reader (per reason) per blend source, from a run's receipts."""
-    counts: dict[str, dict] = {}
-    for item in run.items:
-        source = counts.setdefault(item.source, {"read": 0, "skipped": {}})
-        for key, value in read_receipt(run.output_dir, item.name).stats.items():
-            if key == "read/documents":
-                source["read"] += value
-            elif key.startswith("read/skipped: "):
-                reason = key.removeprefix("read/skipped: ")
-                source["skipped"][reason] = source["skipped"].get(reason, 0) + value
-    return {name: {"read": c["read"], "skipped": dict(sorted(c["skipped"].items()))} for name, c in counts.items()}
-
-
 def split_files(split_runs: list[Path], split: str) -> list[Path]:
     """A split's JSONL files, in plan order: the curated shards, then the synthetic records (train)."""
     return [path for run in split_runs for path in sorted((Path(run) / split).glob("*.jsonl"))]
@@ -411,33 +395,6 @@ def reused_curation(out: Path, run_hash: str, splits: list[str]) -> tuple[dict |
         return None, []
     print(f"data_curation: re-using the split files of run {run_hash[:16]} (receipts/curation.json)", file=sys.stderr)
     return json.loads((out / "splits" / "counts.json").read_text()), runs
-
-
-def train_or_reuse_tokenizer(out: Path, train_files: list[Path], vocab_size: int,
-                             chat_template: str = "nano2") -> tuple[Path, bool]:
-    """Train the BPE tokenizer on the train split's files, unless a receipt proves the same one is there.
-
-    The texts stream from the files (the trainer counts words as they come; nothing holds the split).
-    The receipt (receipts/tokenizer.json) records what the tokenizer was made from: the train files'
-    checksums, the vocabulary size, special tokens, chat template and `tokenizers` version.
-    """
-    folder = out / "tokenizer"
-    work = {
-        "train_sha256": hashlib.sha256("".join(sha256_file(path) for path in train_files).encode()).hexdigest(),
-        "vocab_size": vocab_size,
-        "special_tokens": SPECIAL_TOKENS,
-        "chat_template_sha256": hashlib.sha256(chat_template_named(chat_template).jinja.encode()).hexdigest(),
-        "tokenizers_version": tokenizers.__version__,
-    }
-    run_hash = hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
-    if is_done(out, read_receipt(out, "tokenizer"), run_hash, "tokenizer", work):
-        return folder, True
-    receipt_path(out, "tokenizer").unlink(missing_ok=True)  # from here on, nothing vouches for the folder
-    texts = (json.loads(line)["text"] for path in train_files for line in path.open(encoding="utf-8"))
-    train_tokenizer(texts, vocab_size, folder, chat_template=chat_template_named(chat_template).jinja)
-    outputs = [f.relative_to(out).as_posix() for f in sorted(folder.rglob("*")) if f.is_file()]
-    write_receipt(out, make_receipt(out, run_hash, "tokenizer", work, outputs, {}))
-    return folder, False
 
 
 def shard_runs(shards: StagePlan, statuses: dict[str, str]) -> dict[str, dict]:
