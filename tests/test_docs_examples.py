@@ -124,7 +124,8 @@ def test_custom_blend_draw_follows_the_weights_as_documented(custom_blend_run):
         assert sum(s["drawn"] for s in sources.values()) == total
         for name, counts in sources.items():
             assert abs(counts["drawn"] - total * weights[name] / weight_sum) < 1, (split, name)
-        lines = (out / "splits" / f"{split}.jsonl").read_text().splitlines()
+        lines = [line for path in sorted((out / "splits").glob(f"*/{split}/*.jsonl"))
+                 for line in path.read_text().splitlines()]
         in_file = Counter(json.loads(line)["source"] for line in lines)
         assert in_file == {name: counts["drawn"] for name, counts in sources.items() if counts["drawn"]}
 

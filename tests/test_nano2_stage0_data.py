@@ -185,7 +185,7 @@ def test_default_tiny_run_curates_all_of_shakespeare(tmp_path):
     result = _cli("--scale", "tiny", "--output-dir", "data", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     artifact = json.loads(result.stdout)["pretraindataset"]  # stdout is pure JSON
-    assert "tokenize shards" in result.stderr  # progress goes to stderr
+    assert "data_prep: 1/1 items" in result.stderr  # progress goes to stderr
     metrics = artifact["metrics"]
     assert sum(metrics["documents_read"].values()) > 900  # the whole corpus: tiny does not cut it
     assert metrics["removed_by_scale_cap"] == 0

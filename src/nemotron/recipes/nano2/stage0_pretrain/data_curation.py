@@ -191,6 +191,8 @@ def main(config: Config) -> PretrainDataset:
     curation_reused = counts is not None
     if not curation_reused:
         items, input_fingerprint = plan_work_items(blend, WORK_ITEM_BYTES)  # the driver reads no document
+        if not items:
+            require_documents(blend, {})  # every source is an empty file
         with timed("signatures", seconds):
             signatures = plan_stages(items, input_fingerprint, [
                 ReadStage(mode="text"),
@@ -198,6 +200,7 @@ def main(config: Config) -> PretrainDataset:
             ], out / "curation")
             run_here(signatures, config)
             read_counts = reader_counts(signatures)
+            require_documents(blend, read_counts)
         with timed("dedup", seconds):  # scale cap, quality, exact, near, weighted draw: from signatures alone
             shutil.rmtree(out / "curation" / "decisions", ignore_errors=True)
             resolution = resolve_signatures(signatures, blend, out / "curation" / "decisions", limit=max_documents,
@@ -369,6 +372,16 @@ def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
     # A local Ray gets every core by default: starting it is what costs, not using it.
     workers = config.workers or (1 if config.scale == "tiny" and executor == "local" else os.cpu_count() or 1)
     return run_stages(plan, executor=executor, workers=max(1, min(workers, len(pending))))
+
+
+def require_documents(blend: DataBlend, read_counts: dict[str, dict]) -> None:
+    """Refuse a blend source that gave no document (an empty file, the wrong text_field)."""
+    for _, entry in blend.entries():
+        counts = read_counts.get(entry.label, {"read": 0, "skipped": {}})
+        if not counts["read"]:
+            detail = f" (skipped: {counts['skipped']})" if counts["skipped"] else ""
+            raise NemotronError(f"no documents found in {entry.path}{detail}; check the source's path and "
+                                "its text_field in the blend")
 
 
 def split_files(split_runs: list[Path], split: str) -> list[Path]:
