@@ -97,7 +97,8 @@ def test_custom_blend_command_makes_a_verified_dataset_from_both_sources(custom_
     assert all(ref.type == "source" and ref.digest for ref in dataset.inputs)
 
     # Both sources reach the training split and its shards.
-    train = [json.loads(line) for line in (out / "splits" / "train.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for path in sorted((out / "splits").glob("*/train/*.jsonl"))
+             for line in path.read_text().splitlines()]
     assert set(Counter(doc["source"] for doc in train)) == {s["name"] for s in blend["sources"]}
     assert dataset.metrics["documents_curated"] == 36  # the README: all 36 documents are kept
 
@@ -123,12 +124,14 @@ def test_custom_blend_draw_follows_the_weights_as_documented(custom_blend_run):
         assert sum(s["drawn"] for s in sources.values()) == total
         for name, counts in sources.items():
             assert abs(counts["drawn"] - total * weights[name] / weight_sum) < 1, (split, name)
-        lines = (out / "splits" / f"{split}.jsonl").read_text().splitlines()
+        lines = [line for path in sorted((out / "splits").glob(f"*/{split}/*.jsonl"))
+                 for line in path.read_text().splitlines()]
         in_file = Counter(json.loads(line)["source"] for line in lines)
         assert in_file == {name: counts["drawn"] for name, counts in sources.items() if counts["drawn"]}
 
     # Upweighted past its size, a source repeats whole passes: every available note is in train.
-    train = [json.loads(line) for line in (out / "splits" / "train.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for path in sorted((out / "splits").glob("*/train/*.jsonl"))
+             for line in path.read_text().splitlines()]
     notes = draw["train"]["notes"]
     assert notes["drawn"] > notes["available"] and draw["train"]["sonnets"]["drawn"] < notes["drawn"]
     assert len({doc["id"] for doc in train if doc["source"] == "notes"}) == notes["available"]
@@ -139,7 +142,8 @@ def test_custom_blend_shards_hold_the_drawn_documents_with_eos(custom_blend_run)
     out, _ = custom_blend_run
     dataset = PretrainDataset.from_path(out)
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
-    train = [json.loads(line) for line in (out / "splits" / "train.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for path in sorted((out / "splits").glob("*/train/*.jsonl"))
+             for line in path.read_text().splitlines()]
     documents = [doc for prefix in dataset.train_prefixes for doc in IndexedReader(prefix)]
     assert len(documents) == len(train)
     for tokens, record in zip(documents, train):  # shards are contiguous line ranges, in order

@@ -39,6 +39,12 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, check=False, capture_output=True, text=True, cwd=cwd, env=env)
 
 
+def split_records(dataset: PretrainDataset, split: str) -> list[dict]:
+    """The records of a split's JSONL files (one per work item of the curation), in order."""
+    files = sorted((dataset.path / "splits").glob(f"*/{split}/*.jsonl"))
+    return [json.loads(line) for path in files for line in path.open()]
+
+
 @pytest.fixture(scope="module")
 def blend_dir(tmp_path_factory) -> Path:
     """Scenes of four plays as JSONL, with one junk, one empty, one exact and one near duplicate."""
@@ -82,8 +88,7 @@ def test_every_removed_document_is_counted_by_reason(dataset, blend_dir):
     removed = m["removed_by_scale_cap"] + m["removed_by_quality_total"] + 2
     assert read == removed + m["documents_curated"]
     assert sum(m["documents"].values()) == m["documents_curated"] == dataset.num_documents
-    ids = {split: [json.loads(line)["id"] for line in (dataset.path / "splits" / f"{split}.jsonl").open()]
-           for split in ("train", "valid", "test")}
+    ids = {split: [record["id"] for record in split_records(dataset, split)] for split in ("train", "valid", "test")}
     kept = {i for split_ids in ids.values() for i in split_ids}
     assert not kept & {"planted/exact", "planted/near", "planted/junk", "planted/empty"}
     assert not set(ids["train"]) & (set(ids["valid"]) | set(ids["test"]))
@@ -93,7 +98,7 @@ def test_shards_hold_the_split_text_tokenized_with_eos(dataset):
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     for split, prefixes in (("train", dataset.train_prefixes), ("valid", dataset.valid_prefixes),
                             ("test", dataset.test_prefixes)):
-        texts = [json.loads(line)["text"] for line in (dataset.path / "splits" / f"{split}.jsonl").open()]
+        texts = [record["text"] for record in split_records(dataset, split)]
         docs = [doc for prefix in prefixes for doc in IndexedReader(prefix)]
         assert len(docs) == len(texts) > 0
         assert all(doc[-1] == EOS_ID for doc in docs)
@@ -129,7 +134,7 @@ def test_rerun_reuses_curation_and_tokenizer_and_redoes_only_a_damaged_shard(dat
     damaged = dataset.train_prefixes[0]
     Path(f"{damaged}.bin").write_bytes(b"garbage")
     rerun = main(config)
-    assert rerun.metrics["curation_reused"] is True and "near_dedup" not in rerun.metrics["seconds_by_phase"]
+    assert rerun.metrics["curation_reused"] is True and "dedup" not in rerun.metrics["seconds_by_phase"]
     assert rerun.metrics["removed_near_duplicates"] == 1  # the counts come back with the split files
     assert rerun.metrics["tokenizer_reused"] is True
     assert rerun.metrics["shard_runs"]["train"] == {**dataset.metrics["shard_runs"]["train"],
@@ -180,7 +185,7 @@ def test_default_tiny_run_curates_all_of_shakespeare(tmp_path):
     result = _cli("--scale", "tiny", "--output-dir", "data", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     artifact = json.loads(result.stdout)["pretraindataset"]  # stdout is pure JSON
-    assert "tokenize shards" in result.stderr  # progress goes to stderr
+    assert "data_prep: 1/1 items" in result.stderr  # progress goes to stderr
     metrics = artifact["metrics"]
     assert sum(metrics["documents_read"].values()) > 900  # the whole corpus: tiny does not cut it
     assert metrics["removed_by_scale_cap"] == 0

@@ -245,7 +245,8 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
     assert set(made["by_strategy"]) <= {"wikipedia_rephrase", "diverse_qa"}
 
     def rephrased(split: str) -> list:  # synthetic ids are "<seed id>/<strategy>"
-        docs = read_jsonl(tmp_path / "curation" / "splits" / f"{split}.jsonl").documents
+        folders = sorted((tmp_path / "curation" / "splits").glob(f"*/{split}"))  # curated, then synthetic
+        docs = [doc for folder in folders for doc in read_jsonl(folder).documents]
         return [d for d in docs if d.id.rsplit("/", 1)[-1] in synthetic.strategies]
 
     assert len(rephrased("train")) == made["drawn"]

@@ -258,29 +258,49 @@ class DataBlend(_Strict):
         `docs` are documents from `read()` (possibly filtered/deduplicated). Counts report, per
         source, how many documents the split had available and how many were drawn.
         """
-        if split not in self.splits:
-            raise NemotronError(f"this blend has no '{split}' split (it has {self.splits}); "
-                                f"add a ratio or a '{split}' list")
         entries = [entry for entry_split, entry in self.entries() if entry_split in (None, split)]
         pools: dict[str, list[Document]] = {entry.label: [] for entry in entries}
         for doc in docs:
             if doc.source in pools and (self.sources is None or assign_split(doc.id, self.split) == split):
                 pools[doc.source].append(doc)
-        available = [(entry, pools[entry.label]) for entry in entries if pools[entry.label]]
-        if not available:
-            raise NemotronError(f"split '{split}' received no documents from {len(docs)} given; "
-                                f"give more data or a larger '{split}' ratio")
-        total = num_documents if num_documents is not None else sum(len(pool) for _, pool in available)
+        plan = self.draw_plan(split, {label: len(pool) for label, pool in pools.items()}, seed=seed,
+                              num_documents=num_documents, given=len(docs))
+        drawn = []
+        for label, take in plan.items():
+            pool = pools[label]
+            drawn.extend(pool * take["passes"] + [pool[i] for i in take["extra"]])
+        random.Random(f"{seed}/{split}").shuffle(drawn)
+        counts = {label: {"available": take["available"], "drawn": take["drawn"]} for label, take in plan.items()}
+        return drawn, {"split": split, "documents": len(drawn), "sources": counts}
+
+    def draw_plan(self, split: str, available: dict[str, int], *, seed: int = 0, num_documents: int | None = None,
+                  given: int | None = None) -> dict[str, dict[str, Any]]:
+        """How a split draws from its sources, from counts alone: per source with documents, how many
+        it has (`available`: its label -> documents in this split, in input order) and how many are
+        drawn: every document `passes` times, plus once more each position in `extra` (a seeded
+        sample). `draw` applies it to documents in memory; the curation's dedup stage (which holds
+        only counts) writes each document as many times as the plan says.
+        """
+        if split not in self.splits:
+            raise NemotronError(f"this blend has no '{split}' split (it has {self.splits}); "
+                                f"add a ratio or a '{split}' list")
+        entries = [entry for entry_split, entry in self.entries() if entry_split in (None, split)]
+        present = [entry for entry in entries if available.get(entry.label, 0) > 0]
+        if not present:
+            raise NemotronError(f"split '{split}' received no documents from {given if given is not None else 0} "
+                                f"given; give more data or a larger '{split}' ratio")
+        total = num_documents if num_documents is not None else sum(available[entry.label] for entry in present)
         if total < 1:
             raise NemotronError(f"num_documents must be at least 1, got {num_documents}")
-        drawn, counts = [], {}
-        for (entry, pool), count in zip(available, _allocate(total, [entry.weight for entry, _ in available])):
-            passes, extra = divmod(count, len(pool))
+        plan = {}
+        for entry, count in zip(present, _allocate(total, [entry.weight for entry in present])):
+            size = available[entry.label]
+            passes, extra = divmod(count, size)
             generator = random.Random(f"{seed}/{split}/{entry.label}")  # str seeds are stable across runs
-            drawn.extend(pool * passes + generator.sample(pool, extra))
-            counts[entry.label] = {"available": len(pool), "drawn": count}
-        random.Random(f"{seed}/{split}").shuffle(drawn)
-        return drawn, {"split": split, "documents": len(drawn), "sources": counts}
+            # sample(range(n), k) picks the same positions sample(pool, k) would: one draw, two uses.
+            plan[entry.label] = {"available": size, "drawn": count, "passes": passes,
+                                 "extra": generator.sample(range(size), extra)}
+        return plan
 
     def documents(self, split: str = "train", *, seed: int = 0,
                   num_documents: int | None = None) -> tuple[list[Document], dict[str, Any]]:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
 from tqdm import tqdm
 
 from nemotron.errors import NemotronError
@@ -43,12 +44,17 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).lower().split())
 
 
+def exact_key(text: str) -> bytes:
+    """The 32-byte content hash two exact duplicates share: sha256 of the normalized text."""
+    return hashlib.sha256(normalize(text).encode("utf-8")).digest()
+
+
 def exact_dedup(docs: Iterable[T], *, text_of: Callable[[T], str] = attrgetter("text")
                 ) -> tuple[list[T], dict[str, int]]:
     """Keep the first document of every normalized text. Counts: {"exact_duplicates": n}."""
     seen, kept, dropped = set(), [], 0
     for doc in docs:
-        digest = hashlib.sha256(normalize(text_of(doc)).encode("utf-8")).digest()
+        digest = exact_key(text_of(doc))
         if digest in seen:
             dropped += 1
         else:
@@ -74,30 +80,54 @@ def minhash(text: str, *, num_perm: int = 128, ngram: int = 5, seed: int = 1) ->
     return sketch
 
 
+class NearDuplicates:
+    """Greedy near-duplicate detection over MinHash sketches that arrive in input order.
+
+    `is_duplicate(values)` says whether a sketch's estimated Jaccard similarity to an earlier kept one
+    is >= threshold, and keeps it (indexes it) when not. Only sketches are held, never text: the
+    library's dedup stage (`stages/dedup.py`) feeds it the signatures its workers computed, and
+    `near_dedup` the sketches of documents in memory; both keep the same documents. LSH proposes
+    candidates; we confirm each with the MinHash estimate, because banding alone lets some less
+    similar pairs through.
+    """
+
+    def __init__(self, threshold: float = 0.8, num_perm: int = 128, seed: int = 1):
+        if not 0.0 < threshold < 1.0:
+            raise NemotronError(f"near_dedup threshold must be between 0 and 1 (exclusive), got {threshold}")
+        from datasketch import MinHash, MinHashLSH
+
+        self.threshold, self.seed = threshold, seed
+        self.scheme = MinHash(num_perm=num_perm, seed=seed).scheme
+        self.index = MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self.kept: dict[int, np.ndarray] = {}  # key -> hash values (in memory or a memory-mapped row)
+
+    def is_duplicate(self, values: np.ndarray) -> bool:
+        from datasketch import LeanMinHash
+
+        sketch = LeanMinHash(seed=self.seed, hashvalues=values, scheme=self.scheme)
+        # MinHash.jaccard's estimate: the share of equal hash values.
+        if any(np.count_nonzero(values == self.kept[key]) / len(values) >= self.threshold
+               for key in self.index.query(sketch)):
+            return True
+        key = len(self.kept)
+        self.index.insert(key, sketch)
+        self.kept[key] = values
+        return False
+
+
 def near_dedup(docs: Iterable[T], *, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5,
                seed: int = 1, text_of: Callable[[T], str] = attrgetter("text")
                ) -> tuple[list[T], dict[str, int]]:
     """Drop every document whose estimated Jaccard similarity to an earlier kept one is >= threshold.
 
     A document is compared only with documents already kept (greedy, in input order), so of a
-    cluster of near-copies exactly the first survives. LSH proposes candidates; we confirm each
-    with the MinHash estimate, because banding alone lets some less similar pairs through.
-    Counts: {"near_duplicates": n}.
+    cluster of near-copies exactly the first survives (`NearDuplicates`). Counts: {"near_duplicates": n}.
     """
-    if not 0.0 < threshold < 1.0:
-        raise NemotronError(f"near_dedup threshold must be between 0 and 1 (exclusive), got {threshold}")
-    from datasketch import MinHashLSH
-
-    index = MinHashLSH(threshold=threshold, num_perm=num_perm)
-    sketches: dict[str, MinHash] = {}
+    index = NearDuplicates(threshold, num_perm, seed)
     kept, dropped = [], 0
-    for position, doc in enumerate(tqdm(docs, desc="near dedup", file=sys.stderr, disable=None, leave=False)):
-        sketch = minhash(text_of(doc), num_perm=num_perm, ngram=ngram, seed=seed)
-        if any(sketch.jaccard(sketches[key]) >= threshold for key in index.query(sketch)):
+    for doc in tqdm(docs, desc="near dedup", file=sys.stderr, disable=None, leave=False):
+        if index.is_duplicate(minhash(text_of(doc), num_perm=num_perm, ngram=ngram, seed=seed).hashvalues):
             dropped += 1
-            continue
-        key = str(position)
-        index.insert(key, sketch)
-        sketches[key] = sketch
-        kept.append(doc)
+        else:
+            kept.append(doc)
     return kept, {"near_duplicates": dropped}

@@ -256,3 +256,38 @@ def _save_atomically(hf_tokenizer: PreTrainedTokenizerFast, output_dir: Path) ->
     """Save into a temp folder beside `output_dir`, then swap it in, so readers never see half a folder."""
     with atomic.output_folder(output_dir) as staging:
         hf_tokenizer.save_pretrained(str(staging))
+
+
+def train_tokenizer_on_files(out: Path, train_files: list[Path], vocab_size: int,
+                             chat_template: str | None = None) -> tuple[Path, bool]:
+    """Train `<out>/tokenizer` on the texts of JSONL files, unless a receipt proves the same one is there.
+
+    The texts stream from the files (the trainer counts words as they come; nothing holds the split).
+    The receipt (`<out>/receipts/tokenizer.json`) records what the tokenizer was made from: the files'
+    checksums, the vocabulary size, special tokens, chat template and `tokenizers` version.
+    Returns (folder, re-used).
+    """
+    import hashlib
+
+    import tokenizers
+
+    from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
+    from nemotron.data_prep.storage import sha256
+
+    folder = out / "tokenizer"
+    work = {
+        "train_sha256": hashlib.sha256("".join(sha256(path) for path in train_files).encode()).hexdigest(),
+        "vocab_size": vocab_size,
+        "special_tokens": SPECIAL_TOKENS,
+        "chat_template_sha256": hashlib.sha256((chat_template or "").encode()).hexdigest(),
+        "tokenizers_version": tokenizers.__version__,
+    }
+    run_hash = hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
+    if is_done(out, read_receipt(out, "tokenizer"), run_hash, "tokenizer", work):
+        return folder, True
+    receipt_path(out, "tokenizer").unlink(missing_ok=True)  # from here on, nothing vouches for the folder
+    texts = (json.loads(line)["text"] for path in train_files for line in path.open(encoding="utf-8"))
+    train_tokenizer(texts, vocab_size, folder, chat_template=chat_template)
+    outputs = [f.relative_to(out).as_posix() for f in sorted(folder.rglob("*")) if f.is_file()]
+    write_receipt(out, make_receipt(out, run_hash, "tokenizer", work, outputs, {}))
+    return folder, False

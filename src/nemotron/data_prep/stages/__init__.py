@@ -3,6 +3,7 @@
     plan (driver)        plan.plan_work_items       list files, sizes, row groups; cut into work items
     read                 read.ReadStage             a work item's documents, local or fsspec URL
     filter + split       filter_split.FilterSplitStage  per document, from its text and its id
+    dedup (two passes)   dedup.SignatureStage -> dedup.resolve_signatures (driver) -> dedup.DecisionStage
     tokenize-and-write   write.TokenizeWriteStage   one shard per split, any format of `formats/`
     finalize (driver)    finalize.finalize          receipts -> statistics, data_paths.json, blend.json
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from nemotron.data_prep import storage
 from nemotron.data_prep.blend import SPLITS, DataBlend
 from nemotron.data_prep.formats import get_format
-from nemotron.data_prep.receipts import scan_receipts
+from nemotron.data_prep.receipts import read_receipt, scan_receipts
 from nemotron.data_prep.stages.runner import StagePlan
 from nemotron.errors import NemotronError
 
@@ -95,6 +95,23 @@ def _has_output(shard: dict, output_format: str) -> bool:
     if get_format(output_format).indexed:
         return shard.get("tokens", 0) > 0
     return any(shard.get(key, 0) > 0 for key in ("rows", "written"))
+
+
+def reader_counts(plan: StagePlan) -> dict[str, dict]:
+    """Per blend source: the documents read and those the reader skipped (per reason), from the receipts."""
+    counts: dict[str, dict] = {}
+    for item in plan.items:
+        source = counts.setdefault(item.source, {"read": 0, "skipped": {}})
+        receipt = read_receipt(plan.output_dir, item.name)
+        if receipt is None:
+            raise NemotronError(f"run {plan.output_dir}: work item {item.name} has no receipt; re-run to finish it")
+        for key, value in receipt.stats.items():
+            if key == "read/documents":
+                source["read"] += value
+            elif key.startswith("read/skipped: "):
+                reason = key.removeprefix("read/skipped: ")
+                source["skipped"][reason] = source["skipped"].get(reason, 0) + value
+    return {name: {"read": c["read"], "skipped": dict(sorted(c["skipped"].items()))} for name, c in counts.items()}
 
 
 def write_data_paths(output_dir: storage.PathLike, splits: dict[str, SplitStats]) -> dict[str, list[str]]:

@@ -27,8 +27,11 @@ class TokenizeWriteStage(Stage):
 
     def __init__(self, output_format: str, tokenizer_dir: Path | None, options: dict[str, Any] | None = None,
                  record: str = "text"):
-        """`record="text"` writes each document as `{"text": ...}`; "chat" writes the chat record itself."""
+        """`record="text"` writes each document as `{"text": ...}`; "chat" writes the chat record itself;
+        "document" writes `{"id", "source", "text"}` (what `sources.read_jsonl` reads back)."""
         fmt = get_format(output_format)
+        if record not in ("text", "chat", "document"):
+            raise NemotronError(f"TokenizeWriteStage record={record!r}; use 'text', 'chat' or 'document'")
         self.output_format, self.options, self.record = output_format, dict(options or {}), record
         fmt.check_options(self.options)
         self.dtype, self.eos_id, self.tokenizer_sha256, tokenizer_json = "", -1, {}, ""
@@ -82,6 +85,8 @@ class TokenizeWriteStage(Stage):
     def _line(self, document: Document) -> str:
         if self.record == "chat":
             return document.text
+        if self.record == "document":
+            return json.dumps({"id": document.id, "source": document.source, "text": document.text}, ensure_ascii=False)
         return json.dumps({"text": document.text}, ensure_ascii=False)
 
 

@@ -4,14 +4,15 @@ Pretraining quality is decided here, before any model exists (Gopher, Rae et al.
 Su et al. 2024). The step reads like the Nemotron cookbook's data-prep scripts, in three phases:
 
 1. setup: the config, the data blend, per-scale sizes, and the run hash of the curation.
-2. pipeline, one visible stage after another, each one counting what it removes:
-   read the blend's sources -> quality filters (Gopher / C4 heuristics, `data_prep.quality`) ->
-   exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8, `data_prep.dedup`) -> deterministic
-   train/valid/test split (a hash of each document id, so a document never changes sides;
-   `data_prep.blend`) -> split JSONL -> byte-level BPE tokenizer trained on the train split only,
-   with the special tokens and the nano2 chat template that later stages need -> bin/idx shards per
-   split through the sharded, receipted tokenization run (`data_prep.shards`, a worker pool
-   above tiny, or Ray tasks with `--executor ray`).
+2. stages (`data_prep.stages`), two visible lists over the blend's work items, each stage counting what
+   it removes; no process holds the corpus (docs/data-prep.md):
+   signatures: read -> per document, the quality verdict (Gopher / C4 heuristics), the split (a hash of
+   its id), the exact-dedup hash and the MinHash sketch; then the driver, from signatures alone: scale
+   cap -> quality -> exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8) -> the blend's weighted
+   draw, per document (`stages.dedup`); split: read -> drop by those decisions -> split JSONL per work
+   item. A byte-level BPE tokenizer is trained on the train split's files (streamed), with the special
+   tokens and the chat template later stages need; then tokenize-and-write: the split files -> bin/idx,
+   about `--num-shards` shards of train (in this process at tiny, a pool of `--workers`, or Ray tasks).
 3. finalize: aggregate the runs' receipts into metrics and save a `PretrainDataset` artifact whose
    lineage (`inputs`) points at the raw source files.
 
@@ -22,8 +23,8 @@ per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5. `--blend-path blend.json`
 Synthetic data (off by default): `--synthetic.strategies wikipedia_rephrase diverse_qa` first runs
 the `synthetic_data` step into `<output_dir>/synthetic` (seed documents of the train split rephrased
 by the model behind `--synthetic.endpoint.url`; skipped when already up to date, resumed when it was
-interrupted), then adds its records to the TRAIN split only, as `--synthetic.weight` of the train
-documents (repeating them when that asks for more than there are, as a blend upweights a source).
+interrupted), then adds its records to the TRAIN split only (a file of their own), as `--synthetic.weight` of the
+train documents (repeating them when that asks for more than there are, as a blend upweights a source).
 They skip the heuristic filters, which are tuned for web text (a QA list or a bulleted list of facts
 would fail the Gopher line rules), and are counted in `synthetic`. Lineage: the PretrainDataset's
 inputs hold the SyntheticDataset, whose inputs hold the seed files and the model.
@@ -58,27 +59,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import tokenizers
-
 from nemotron import atomic
 from nemotron.artifact import (
     ArtifactRef,
     apply_scale,
     mark_unfinished,
-    sha256_file,
     source_ref,
 )
 from nemotron.artifact.fields import execution
 from nemotron.cli import run
-from nemotron.data_prep.blend import (
-    SPLITS,
-    DataBlend,
-    cap_documents,
-    default_pretrain_blend,
-)
+from nemotron.data_prep.blend import DataBlend, default_pretrain_blend
 from nemotron.data_prep.chat.templates import ChatTemplateName, chat_template_named
-from nemotron.data_prep.dedup import exact_dedup, near_dedup
-from nemotron.data_prep.quality import apply_filters, default_filters
+from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
 from nemotron.data_prep.receipts import (
     is_done,
     make_receipt,
@@ -86,14 +78,24 @@ from nemotron.data_prep.receipts import (
     receipt_path,
     write_receipt,
 )
-from nemotron.data_prep.shards import RunStats, plan_run, run_shards
-from nemotron.data_prep.sources import Document, read_jsonl, read_parquet, write_jsonl
+from nemotron.data_prep.sources import read_parquet, write_jsonl
+from nemotron.data_prep.stages import (
+    FilterSplitStage,
+    ReadStage,
+    StagePlan,
+    TokenizeWriteStage,
+    plan_stages,
+    plan_work_items,
+    run_stages,
+)
+from nemotron.data_prep.stages.dedup import DecisionStage, SignatureStage, resolve_signatures
+from nemotron.data_prep.stages.finalize import finalize, reader_counts
 from nemotron.data_prep.tokenizer import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
     VOCAB_SIZES,
     load_tokenizer,
-    train_tokenizer,
+    train_tokenizer_on_files,
 )
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PretrainDataset, SyntheticDataset
@@ -104,7 +106,7 @@ from nemotron.sdg.client import Endpoint
 # "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957.
 FULL_DOCUMENTS = 1_000_000
 # Part of the curation run hash: bump it when a code change (a filter, dedup) alters the split files.
-CURATION_FORMAT_VERSION = 1
+CURATION_FORMAT_VERSION = 2  # 2: curation as stages, split files per work item
 
 
 @dataclass
@@ -184,51 +186,76 @@ def main(config: Config) -> PretrainDataset:
     run_hash = curation_run_hash(config, blend, sources, synthetic)
     out = mark_unfinished(out)  # files may change from here on: no artifact may vouch for them
 
-    # --- pipeline: read -> filter -> dedup -> split -> tokenizer -> shards ---
-    counts = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
+    # --- stages, pass 1: read -> signatures -> dedup (driver) -> split JSONL shards ---
+    counts, split_runs = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
     curation_reused = counts is not None
     if not curation_reused:
-        with timed("read", seconds):
-            docs, read_counts = blend.read()
-            docs, scale_dropped = cap_documents(docs, max_documents, config.seed)
-        with timed("quality_filters", seconds):
-            docs, quality_removed = apply_filters(docs, default_filters())
-        with timed("exact_dedup", seconds):
-            docs, exact = exact_dedup(docs)
-        with timed("near_dedup", seconds):
-            docs, near = near_dedup(docs, threshold=config.near_duplicate_threshold)
-        if not docs:
-            raise NemotronError(f"every document was removed (quality: {quality_removed}, {exact}, {near}); "
-                                "check the blend's sources and their text_field")
+        items, input_fingerprint = plan_work_items(blend, WORK_ITEM_BYTES)  # the driver reads no document
+        if not items:
+            require_documents(blend, {})  # every source is an empty file
+        with timed("signatures", seconds):
+            signatures = plan_stages(items, input_fingerprint, [
+                ReadStage(mode="text"),
+                SignatureStage(blend.split, filters="default", seed=config.seed),  # quality, hashes, MinHash
+            ], out / "curation")
+            run_here(signatures, config)
+            read_counts = reader_counts(signatures)
+            require_documents(blend, read_counts)
+        with timed("dedup", seconds):  # scale cap, quality, exact, near, weighted draw: from signatures alone
+            shutil.rmtree(out / "curation" / "decisions", ignore_errors=True)
+            resolution = resolve_signatures(signatures, blend, out / "curation" / "decisions", limit=max_documents,
+                                            seed=config.seed, threshold=config.near_duplicate_threshold)
         with timed("split", seconds):
-            draws = {}
-            for split in blend.splits:  # a hash of the document id picks the split; the seed, the draw
-                drawn, draws[split] = blend.draw(docs, split, seed=config.seed)
-                if split == "train" and synthetic is not None:
-                    drawn, draws["synthetic"] = add_synthetic(drawn, synthetic, config.synthetic.weight, config.seed)
-                write_jsonl(drawn, out / "splits" / f"{split}.jsonl")
+            splits = plan_stages(items, input_fingerprint, [
+                ReadStage(mode="text"),
+                DecisionStage(resolution),  # drops by the decisions (counted per reason), splits, repeats
+                TokenizeWriteStage("jsonl", None, record="document"),  # <split>/shard_NNNNN.jsonl per item
+            ], out / "splits")
+            run_here(splits, config)
+            split_runs = [splits.output_dir]
+            if synthetic is not None:  # rephrased records: train only, a share of its documents
+                extra = write_synthetic(out / "splits" / "synthetic" / "train", resolution.drawn["train"], synthetic,
+                                        config.synthetic.weight, config.seed)
+                split_runs.append(out / "splits" / "synthetic")
             blend.save(out / "blend.json")  # the blend this data came from, next to it
         counts = {
             "documents_read": {name: c["read"] for name, c in read_counts.items()},
             "skipped_by_reader": {name: c["skipped"] for name, c in read_counts.items()},
-            "removed_by_scale_cap": scale_dropped,
-            "removed_by_quality_filter": quality_removed,
-            "removed_by_quality_total": sum(quality_removed.values()),
-            "removed_exact_duplicates": exact["exact_duplicates"],
-            "removed_near_duplicates": near["near_duplicates"],
-            "documents_curated": len(docs),
-            "blend_draw": {split: draw["sources"] for split, draw in draws.items() if split != "synthetic"},
-            "synthetic": draws.get("synthetic"),
+            "removed_by_scale_cap": resolution.removed["scale_cap"],
+            "removed_by_quality_filter": resolution.removed_by_quality,
+            "removed_by_quality_total": sum(resolution.removed_by_quality.values()),
+            "removed_exact_duplicates": resolution.removed["exact_duplicate"],
+            "removed_near_duplicates": resolution.removed["near_duplicate"],
+            "documents_curated": resolution.curated,
+            "blend_draw": resolution.draws,
+            "synthetic": extra if synthetic is not None else None,
         }
-        save_curation(out, run_hash, blend.splits, counts)
+        save_curation(out, run_hash, blend.splits, counts, split_runs)
+    files = {split: split_files(split_runs, split) for split in blend.splits}
     with timed("tokenizer", seconds):
-        tokenizer_dir, tokenizer_reused = train_or_reuse_tokenizer(out, vocab_size, config.chat_template)
+        tokenizer_dir, tokenizer_reused = train_tokenizer_on_files(  # receipted: re-used when nothing changed
+            out, files["train"], vocab_size, chat_template_named(config.chat_template).jinja)
+
+    # --- stages, pass 2: the split files -> tokenize-and-write bin/idx ---
     with timed("shards", seconds):
-        runs = {split: tokenize_split(out, split, tokenizer_dir, config) for split in blend.splits}
+        folders = {split: list(dict.fromkeys(path.parent for path in paths)) for split, paths in files.items()}
+        by_split = DataBlend.from_dict({split: [{"path": str(folder), "name": f"{split}:{k}"}
+                                                for k, folder in enumerate(found)]
+                                        for split, found in folders.items() if found}, base_dir=out)
+        train_bytes = sum(path.stat().st_size for path in files["train"])
+        items, input_fingerprint = plan_work_items(by_split, -(-train_bytes // config.num_shards))  # ~num_shards
+        shards = plan_stages(items, input_fingerprint, [
+            ReadStage(mode="text"),
+            FilterSplitStage(None),  # each item's split is its folder's
+            TokenizeWriteStage("bin_idx", tokenizer_dir),
+        ], out / "shards")
+        statuses = run_here(shards, config)
+        runs, _ = finalize(shards, by_split, "bin_idx")
 
     # --- finalize: aggregate the runs' receipts, tidy, save the artifact ---
-    remove_stale_outputs(out, runs)
-    valid_bytes = sum(len(d.text.encode("utf-8")) for d in read_jsonl(out / "splits" / "valid.jsonl").documents)
+    remove_stale_outputs(out, [*split_runs, shards.output_dir], None if curation_reused else signatures.output_dir)
+    valid_bytes = sum(read_receipt(shards.output_dir, item.name).stats.get("read/bytes", 0)
+                      for item in shards.items if item.split == "valid")
     return PretrainDataset(
         path=out,
         config=asdict(config),
@@ -236,25 +263,24 @@ def main(config: Config) -> PretrainDataset:
         seed=config.seed,
         inputs=[*sources, *([synthetic] if synthetic is not None else [])],  # lineage: raw text, rephrased data
         tokenizer_dir=tokenizer_dir,
-        train_prefixes=runs["train"].prefixes,
-        valid_prefixes=runs["valid"].prefixes,
-        test_prefixes=runs["test"].prefixes if "test" in runs else [],
-        num_documents=sum(r.documents for r in runs.values()),
-        num_train_tokens=runs["train"].tokens,
-        num_valid_tokens=runs["valid"].tokens,
+        train_prefixes=[Path(p) for p in runs["train"].paths],
+        valid_prefixes=[Path(p) for p in runs["valid"].paths],
+        test_prefixes=[Path(p) for p in runs["test"].paths] if "test" in runs else [],
+        num_documents=sum(r.totals["documents"] for r in runs.values()),
+        num_train_tokens=runs["train"].totals["tokens"],
+        num_valid_tokens=runs["valid"].totals["tokens"],
         vocab_size=len(load_tokenizer(tokenizer_dir)),
         metrics={
             **counts,
             "curation_reused": curation_reused,
-            "removed_empty_at_tokenization": sum(s["records"] - s["documents"]
-                                                 for r in runs.values() for s in r.shards),
-            "documents": {split: r.documents for split, r in runs.items()},
-            "tokens": {split: r.tokens for split, r in runs.items()},
+            "removed_empty_at_tokenization": sum(r.totals["records"] - r.totals["documents"] for r in runs.values()),
+            "documents": {split: r.totals["documents"] for split, r in runs.items()},
+            "tokens": {split: r.totals["tokens"] for split, r in runs.items()},
             "tokenizer_reused": tokenizer_reused,
             # Compression on held-out text (EOS excluded): the bigger the vocabulary, the more bytes a token.
-            "valid_bytes_per_token": valid_bytes / max(1, runs["valid"].tokens - runs["valid"].documents),
-            "shard_runs": {split: {"run_hash": r.run_hash[:16], "shards": len(r.shards), "written": r.written,
-                                   "redone": r.redone, "skipped": r.skipped} for split, r in runs.items()},
+            "valid_bytes_per_token": valid_bytes / max(1, runs["valid"].totals["tokens"]
+                                                       - runs["valid"].totals["documents"]),
+            "shard_runs": shard_runs(shards, statuses),
             "seconds_by_phase": seconds,
             "wall_seconds": time.perf_counter() - started,
         },
@@ -296,26 +322,25 @@ def make_synthetic(config: Config, out: Path) -> SyntheticDataset | None:
     return run_step(synthetic_data.main, step, SyntheticDataset)
 
 
-def add_synthetic(drawn: list[Document], synthetic: SyntheticDataset, weight: float,
-                  seed: int) -> tuple[list[Document], dict]:
-    """The train documents plus rephrased records making up `weight` of the result, shuffled with `seed`.
+def write_synthetic(folder: Path, train_documents: int, synthetic: SyntheticDataset, weight: float,
+                    seed: int) -> dict:
+    """Rephrased records making up `weight` of the train split, as one JSONL file of their own.
 
     Whole passes over the records, then a seeded sample for the rest: the same rule as a blend's
-    upweighted source (`DataBlend.draw`).
+    upweighted source (`DataBlend.draw_plan`). The records are few (an endpoint wrote each one).
     """
     records = read_parquet(synthetic.data_path, source="synthetic").documents
-    count = round(len(drawn) * weight / (1 - weight))
+    count = round(train_documents * weight / (1 - weight))
     passes, extra = divmod(count, len(records))
-    generator = random.Random(f"{seed}/train/synthetic")
-    added = records * passes + generator.sample(records, extra)
-    combined = drawn + added
-    random.Random(f"{seed}/train/with-synthetic").shuffle(combined)
+    added = records * passes + random.Random(f"{seed}/train/synthetic").sample(records, extra)
+    random.Random(f"{seed}/train/with-synthetic").shuffle(added)
+    write_jsonl(added, folder / "synthetic.jsonl")
     by_strategy: dict[str, int] = {}
     for doc in added:
         strategy = doc.id.rsplit("/", 1)[-1]
         by_strategy[strategy] = by_strategy.get(strategy, 0) + 1
-    return combined, {"records": len(records), "drawn": len(added), "weight": weight,
-                      "by_strategy": dict(sorted(by_strategy.items())), "digest": synthetic.digest}
+    return {"records": len(records), "drawn": len(added), "weight": weight,
+            "by_strategy": dict(sorted(by_strategy.items())), "digest": synthetic.digest}
 
 
 def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRef],
@@ -334,71 +359,75 @@ def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRe
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def save_curation(out: Path, run_hash: str, splits: list[str], counts: dict) -> None:
-    """Write the curation's counts, then its receipt over the split files: the commit point."""
-    atomic.write_text(out / "splits" / "counts.json", json.dumps(counts, indent=2, sort_keys=True) + "\n")
-    outputs = ["splits/counts.json", *(f"splits/{split}.jsonl" for split in splits)]
-    write_receipt(out, make_receipt(out, run_hash, "curation", {"splits": splits}, outputs, {}))
+def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
+    """Run a stage list's work items: in this process at tiny, else a pool of --workers or Ray tasks.
 
-
-def reused_curation(out: Path, run_hash: str, splits: list[str]) -> dict | None:
-    """The counts of an earlier curation with this run hash whose split files are intact, else None."""
-    if not is_done(out, read_receipt(out, "curation"), run_hash, "curation", {"splits": splits}):
-        receipt_path(out, "curation").unlink(missing_ok=True)  # from here on, nothing vouches for the splits
-        return None
-    print(f"data_curation: re-using the split files of run {run_hash[:16]} (receipts/curation.json)", file=sys.stderr)
-    return json.loads((out / "splits" / "counts.json").read_text())
-
-
-def train_or_reuse_tokenizer(out: Path, vocab_size: int, chat_template: str = "nano2") -> tuple[Path, bool]:
-    """Train the BPE tokenizer on the train split, unless a receipt proves the same one is already there.
-
-    The receipt (receipts/tokenizer.json) records what the tokenizer was made from: the train split's
-    checksum, the vocabulary size, special tokens, chat template and `tokenizers` version.
+    Start no more processes than there are items left to make: a re-run whose receipts all hold checks
+    them in this process instead of paying for a pool (spawned interpreters take seconds).
     """
-    folder = out / "tokenizer"
-    work = {
-        "train_sha256": sha256_file(out / "splits" / "train.jsonl"),
-        "vocab_size": vocab_size,
-        "special_tokens": SPECIAL_TOKENS,
-        "chat_template_sha256": hashlib.sha256(chat_template_named(chat_template).jinja.encode()).hexdigest(),
-        "tokenizers_version": tokenizers.__version__,
-    }
-    run_hash = hashlib.sha256(json.dumps(work, sort_keys=True).encode()).hexdigest()
-    if is_done(out, read_receipt(out, "tokenizer"), run_hash, "tokenizer", work):
-        return folder, True
-    receipt_path(out, "tokenizer").unlink(missing_ok=True)  # from here on, nothing vouches for the folder
-    texts = (doc.text for doc in read_jsonl(out / "splits" / "train.jsonl").documents)  # train split only
-    train_tokenizer(texts, vocab_size, folder, chat_template=chat_template_named(chat_template).jinja)
-    outputs = [f.relative_to(out).as_posix() for f in sorted(folder.rglob("*")) if f.is_file()]
-    write_receipt(out, make_receipt(out, run_hash, "tokenizer", work, outputs, {}))
-    return folder, False
-
-
-def tokenize_split(out: Path, split: str, tokenizer_dir: Path, config: Config) -> RunStats:
-    """One receipted tokenization run for a split, in shards/<split>/<run hash>/.
-
-    The train split gets `num_shards`; the held-out splits get shards in proportion to their size.
-    """
-    jsonl = out / "splits" / f"{split}.jsonl"
-    share = jsonl.stat().st_size / (out / "splits" / "train.jsonl").stat().st_size
-    plan = plan_run(jsonl, tokenizer_dir, out / "shards" / split, num_shards=max(1, round(config.num_shards * share)))
-    # Start no more processes than there are shards left to make: a re-run whose receipts all hold
-    # checks them in this process instead of paying for a pool (spawned interpreters take seconds).
-    pending = [s for s in plan.shards if not is_done(plan.output_dir, read_receipt(plan.output_dir, s.name),
-                                                     plan.run_hash, s.name, s.work)]
+    pending = [item for item in plan.items
+               if not is_done(plan.output_dir, read_receipt(plan.output_dir, item.name), plan.run_hash, item.name,
+                              item.work)]
     executor = config.executor if pending else "local"  # checking receipts needs no cluster
     # A local Ray gets every core by default: starting it is what costs, not using it.
     workers = config.workers or (1 if config.scale == "tiny" and executor == "local" else os.cpu_count() or 1)
-    return run_shards(plan, workers=max(1, min(workers, len(pending))), executor=executor)
+    return run_stages(plan, executor=executor, workers=max(1, min(workers, len(pending))))
 
 
-def remove_stale_outputs(out: Path, runs: dict[str, RunStats]) -> None:
-    """Delete what earlier runs with other inputs left in the folder (other run hashes, dropped splits)."""
-    stale = [out / "splits" / f"{split}.jsonl" for split in SPLITS if split not in runs]
-    stale += [folder for folder in (out / "shards").iterdir() if folder.name not in runs]
-    stale += [run for split, stats in runs.items() for run in (out / "shards" / split).iterdir()
-              if run != stats.output_dir]
+def require_documents(blend: DataBlend, read_counts: dict[str, dict]) -> None:
+    """Refuse a blend source that gave no document (an empty file, the wrong text_field)."""
+    for _, entry in blend.entries():
+        counts = read_counts.get(entry.label, {"read": 0, "skipped": {}})
+        if not counts["read"]:
+            detail = f" (skipped: {counts['skipped']})" if counts["skipped"] else ""
+            raise NemotronError(f"no documents found in {entry.path}{detail}; check the source's path and "
+                                "its text_field in the blend")
+
+
+def split_files(split_runs: list[Path], split: str) -> list[Path]:
+    """A split's JSONL files, in plan order: the curated shards, then the synthetic records (train)."""
+    return [path for run in split_runs for path in sorted((Path(run) / split).glob("*.jsonl"))]
+
+
+def save_curation(out: Path, run_hash: str, splits: list[str], counts: dict, split_runs: list[Path]) -> None:
+    """Write the curation's counts, then its receipt over the split files: the commit point."""
+    atomic.write_text(out / "splits" / "counts.json", json.dumps(counts, indent=2, sort_keys=True) + "\n")
+    files = [path for split in splits for path in split_files(split_runs, split)]
+    outputs = ["splits/counts.json", *(path.relative_to(out).as_posix() for path in files)]
+    work = {"splits": splits, "runs": [Path(run).relative_to(out).as_posix() for run in split_runs]}
+    write_receipt(out, make_receipt(out, run_hash, "curation", work, outputs, {}))
+
+
+def reused_curation(out: Path, run_hash: str, splits: list[str]) -> tuple[dict | None, list[Path]]:
+    """The counts and split runs of an earlier curation with this run hash whose files are intact."""
+    receipt = read_receipt(out, "curation")
+    runs = [out / run for run in (receipt.work.get("runs", []) if receipt is not None else [])]
+    work = {"splits": splits, "runs": [run.relative_to(out).as_posix() for run in runs]}
+    if not runs or not is_done(out, receipt, run_hash, "curation", work):
+        receipt_path(out, "curation").unlink(missing_ok=True)  # from here on, nothing vouches for the splits
+        return None, []
+    print(f"data_curation: re-using the split files of run {run_hash[:16]} (receipts/curation.json)", file=sys.stderr)
+    return json.loads((out / "splits" / "counts.json").read_text()), runs
+
+
+def shard_runs(shards: StagePlan, statuses: dict[str, str]) -> dict[str, dict]:
+    """Per split: the tokenization run's hash, its shards and what this run did with each."""
+    runs: dict[str, dict] = {}
+    for item in shards.items:
+        run = runs.setdefault(item.split, {"run_hash": shards.run_hash[:16], "shards": 0, "written": 0, "redone": 0,
+                                           "skipped": 0})
+        run["shards"] += 1
+        run[statuses[item.name]] += 1
+    return runs
+
+
+def remove_stale_outputs(out: Path, runs: list[Path], signatures: Path | None) -> None:
+    """Delete what earlier runs with other inputs left in the folder (other run hashes, the old layout)."""
+    keep = {Path(run) for run in runs} | {out / "splits" / "counts.json"}
+    stale = [path for folder in ("splits", "shards") if (out / folder).is_dir()
+             for path in (out / folder).iterdir() if path not in keep]
+    if signatures is not None:  # a re-used curation keeps the signature run it came from
+        stale += [path for path in (out / "curation").iterdir() if path.name != "decisions" and path != signatures]
     for path in stale:
         if path.is_dir():
             shutil.rmtree(path)
