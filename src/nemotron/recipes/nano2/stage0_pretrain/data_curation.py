@@ -212,7 +212,7 @@ def main(config: Config) -> PretrainDataset:
                 TokenizeWriteStage("jsonl", None, record="document"),  # <split>/shard_NNNNN.jsonl per item
             ], out / "splits")
             run_here(splits, config)
-            split_runs = [splits.output_dir]
+            split_runs, extra = [splits.output_dir], None
             if synthetic is not None:  # rephrased records: train only, a share of its documents
                 extra = write_synthetic(out / "splits" / "synthetic" / "train", resolution.drawn["train"], synthetic,
                                         config.synthetic.weight, config.seed)
@@ -228,7 +228,7 @@ def main(config: Config) -> PretrainDataset:
             "removed_near_duplicates": resolution.removed["near_duplicate"],
             "documents_curated": resolution.curated,
             "blend_draw": resolution.draws,
-            "synthetic": extra if synthetic is not None else None,
+            "synthetic": extra,
         }
         save_curation(out, run_hash, blend.splits, counts, split_runs)
     files = {split: split_files(split_runs, split) for split in blend.splits}
