@@ -128,7 +128,8 @@ def test_model_folder_loads_alone_and_gives_the_steps_validation_loss(dataset, t
     model = AutoModelForCausalLM.from_pretrained(trained.model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(trained.model_dir)
     assert tokenizer.chat_template == NANO2_CHAT_TEMPLATE
-    first_text = json.loads((dataset.path / "splits" / "valid.jsonl").open().readline())["text"]
+    first_valid_file = sorted((dataset.path / "splits").glob("*/valid/*.jsonl"))[0]  # the first valid work item
+    first_text = json.loads(first_valid_file.open().readline())["text"]
     first_doc = IndexedReader(dataset.valid_prefixes[0])[0]  # its tokens, then EOS
     assert tokenizer(first_text, add_special_tokens=False)["input_ids"] == first_doc[:-1].tolist()
 
