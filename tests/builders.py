@@ -3,10 +3,13 @@ modules need. Import them with `from builders import ...` (tests/ is on sys.path
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import psutil
+
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
-from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint
 
 # The nano2 tiny shape, narrowed so a test trains it in seconds.
@@ -99,3 +102,31 @@ def make_chat_checkpoint(root: Path, artifact_class, family: str = "nano2"):
     (root / "metrics.jsonl").write_text('{"loss": 1.0, "step": 1}\n')
     return artifact_class(path=root, model_dir=model_dir, metrics_path=root / "metrics.jsonl", training_loss=1.0,
                           validation_loss=None, steps=1).save()
+
+
+def docs_and_chats(root: Path, texts: list[str], chats: list[dict]) -> dict:
+    """`docs.jsonl` (one document per text), `chats.jsonl` and a 600-token BPE with the nano2 template over
+    both, under `root`: the inputs of the data-prep pipeline tests."""
+    (root / "docs.jsonl").write_text("".join(json.dumps({"id": f"d{n}", "text": t}) + "\n"
+                                             for n, t in enumerate(texts)))
+    (root / "chats.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in chats))
+    tokenizer = train_tokenizer(texts + [m["content"] for c in chats for m in c["messages"]], 600, root / "tokenizer",
+                                chat_template=NANO2_CHAT_TEMPLATE)
+    return {"root": root, "tokenizer": tokenizer}
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under a run folder (hidden temp files included), by relative path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def descendant_processes(title: str) -> list[psutil.Process]:
+    """Processes started under this one (a test's own Ray) whose command line holds `title`."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if title in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found

@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 
 import wandb_records  # tests/ is on sys.path under pytest
+from builders import docs_and_chats
 from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
-from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.shards import plan_run, run_shards
-from nemotron.data_prep.tokenizer import train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.trackers import NoOpTracker, WandbTracker, set_lineage_tracker
 
@@ -33,13 +32,7 @@ CHATS = [{"id": f"c{n}", "messages": [{"role": "user", "content": f"Question {n}
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "docs.jsonl").write_text("".join(json.dumps({"id": f"d{n}", "text": t}) + "\n"
-                                             for n, t in enumerate(TEXTS)))
-    (root / "chats.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in CHATS))
-    tokenizer = train_tokenizer(TEXTS + [m["content"] for c in CHATS for m in c["messages"]], 600, root / "tokenizer",
-                                chat_template=NANO2_CHAT_TEMPLATE)
-    return {"root": root, "tokenizer": tokenizer}
+    return docs_and_chats(tmp_path_factory.mktemp("data"), TEXTS, CHATS)
 
 
 def test_pretrain_pipeline_tokenizes_every_split_and_a_rerun_reuses_every_shard(data, tmp_path):

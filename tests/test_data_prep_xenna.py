@@ -17,15 +17,12 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
-import psutil
 import pytest
 import ray
 
+from builders import descendant_processes, docs_and_chats, folder_bytes
 from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
-from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
-from nemotron.data_prep.tokenizer import train_tokenizer
 from nemotron.errors import NemotronError
 
 needs_xenna = pytest.mark.skipif(importlib.util.find_spec("cosmos_xenna") is None,
@@ -35,23 +32,6 @@ TEXTS = [f"Scene {n}. " + " ".join(f"word{(n * 7 + k) % 97}" for k in range(20 +
 CHATS = [{"id": f"c{n}", "messages": [{"role": "user", "content": f"Question {n}?"},
                                       {"role": "assistant", "content": f"Answer {n}: " + "yes " * (n % 9)}]}
          for n in range(120)]
-
-
-def folder_bytes(folder: Path) -> dict[str, bytes]:
-    """Every file under a run folder (hidden temp files included), by relative path."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
-
-
-def our_ray_processes(title: str) -> list[psutil.Process]:
-    """Processes of *this* test's Ray (descendants of this process) whose command line holds `title`."""
-    found = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if title in " ".join(process.cmdline()):
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +47,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("xenna")
-    (root / "docs.jsonl").write_text("".join(json.dumps({"id": f"d{n}", "text": t}) + "\n"
-                                             for n, t in enumerate(TEXTS)))
-    (root / "chats.jsonl").write_text("".join(json.dumps(chat) + "\n" for chat in CHATS))
-    tokenizer = train_tokenizer(TEXTS + [m["content"] for c in CHATS for m in c["messages"]], 600, root / "tokenizer",
-                                chat_template=NANO2_CHAT_TEMPLATE)
-    return {"root": root, "tokenizer": tokenizer}
+    return docs_and_chats(tmp_path_factory.mktemp("xenna"), TEXTS, CHATS)
 
 
 def pretrain(data, output_dir, executor, work_item_bytes=8_000):
@@ -104,7 +78,7 @@ def test_xenna_writes_the_bytes_and_run_hash_of_one_process_in_both_modes(cluste
         assert made.counts == local.counts, executor
         # xenna 0.3.0 leaves these actors' processes running after every run; the executor ends them.
         for leftover in ("NodeResourceMonitor", "StageWorker"):
-            assert not our_ray_processes(leftover), f"{executor} left a ray::{leftover} process running"
+            assert not descendant_processes(leftover), f"{executor} left a ray::{leftover} process running"
     time.sleep(1)  # Ray prints a raylet's error lines (a worker's death) on stdout, a moment later
     assert capfd.readouterr().out == "", "stdout carries artifact JSON only"
 
@@ -122,7 +96,7 @@ def test_a_worker_killed_mid_run_is_one_error_and_a_rerun_resumes_to_the_same_by
         deadline = time.monotonic() + 120
         while not killed and time.monotonic() < deadline:
             if any(receipts.glob("*/receipts/*.json")):
-                for process in our_ray_processes("StageWorker"):
+                for process in descendant_processes("StageWorker"):
                     process.send_signal(signal.SIGKILL)
                     killed.append(process.pid)
             time.sleep(0.02)
@@ -139,7 +113,7 @@ def test_a_worker_killed_mid_run_is_one_error_and_a_rerun_resumes_to_the_same_by
     resumed = pretrain(data, tmp_path / "xenna", "xenna", work_item_bytes=1_500)
     assert resumed.statuses["skipped"] >= 1
     assert folder_bytes(resumed.output_dir) == expected
-    assert not our_ray_processes("NodeResourceMonitor") and not our_ray_processes("StageWorker")
+    assert not descendant_processes("NodeResourceMonitor") and not descendant_processes("StageWorker")
 
 
 def test_a_missing_extra_is_one_line_naming_the_install_before_any_work(data, tmp_path, monkeypatch):
