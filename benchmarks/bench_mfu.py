@@ -10,7 +10,8 @@ On whatever device it runs (CPU threads, or one CUDA GPU):
    `TrainingRun.prepare` switches it on), the loss of `nemotron.training.losses.CausalLMLoss` (the output
    head and cross-entropy a block of tokens at a time), the step's AdamW and schedule
    (`nemotron.training.optim.adamw_with_schedule`, stage 0's defaults), gradient clipping; bf16
-   autocast on a GPU.
+   autocast on a GPU; the process's malloc policy (`nemotron.training.compute.keep_freed_memory`,
+   process-wide, so the baseline runs under it too; `--malloc default` leaves glibc's defaults).
 3. the baseline, timed in the same run, round by round in turn with the recipe: the model as
    transformers builds it (`NemotronHForCausalLM(config)`), torch's default `torch.optim.AdamW`, the
    plain loss over full logits (`F.cross_entropy(model(ids).logits, targets)`), in fp32.
@@ -51,7 +52,7 @@ from nemotron.models.flops import training_flops
 from nemotron.models.mamba2 import use_training_scan
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.stage0_pretrain import training
-from nemotron.training.compute import pick_device, seed_everything, torch_threads
+from nemotron.training.compute import keep_freed_memory, pick_device, seed_everything, torch_threads
 from nemotron.training.losses import CausalLMLoss
 from nemotron.training.optim import adamw_with_schedule
 
@@ -159,6 +160,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds, recipe and baseline in turn; medians")
     parser.add_argument("--matmul-size", type=int, default=None, help="n of the peak's n x n products")
     parser.add_argument("--dataset-path", type=Path, default=None, help="train on a PretrainDataset's windows")
+    parser.add_argument("--malloc", default="keep", choices=["keep", "default"],
+                        help="keep: the training steps' malloc policy (keep_freed_memory); default: glibc's")
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS", help="print the top ROWS operators of each")
     parser.add_argument("--quick", action="store_true", help="seconds: 2 x 64 tokens, 2 steps, 1 round, n=256")
     args = parser.parse_args()
@@ -172,6 +175,7 @@ def main() -> None:
     seed_everything(0)
     if device.type == "cpu":
         torch.set_num_threads(torch_threads(args.threads))
+    malloc = "keep" if args.malloc == "keep" and keep_freed_memory() else "default"
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     load_before = os.getloadavg()[0]
 
@@ -201,7 +205,7 @@ def main() -> None:
     load = (load_before + os.getloadavg()[0]) / 2
     where = f"{torch.get_num_threads()} threads" if device.type == "cpu" else torch.cuda.get_device_name(device)
     print(f"device {device.type} ({where}), nano2 {scale}, batch {args.batch} x {args.seq_len}, "
-          f"load average ~{load:.1f} on {os.cpu_count()} cores")
+          f"load average ~{load:.1f} on {os.cpu_count()} cores, malloc {malloc}")
     print(f"peak    {peak / 1e9:10,.1f} GFLOP/s  ({str(dtype).removeprefix('torch.')} matmul, measured here)")
     print(f"FLOPs   {flops.per_token / 1e6:10,.2f} M per token  (6 x {flops.matmul_weights / 1e6:.3f} M matmul "
           f"weights {flops.matmul / 1e6:.2f} M + attention {flops.attention / 1e6:.2f} M "
@@ -212,7 +216,7 @@ def main() -> None:
     print(f"speed-up {recipe / baseline:.2f}x  (recipe step over the baseline, medians of {args.rounds} rounds)")
     print(json.dumps({
         "device": device.type, "device_name": where, "scale": scale, "batch": args.batch, "seq_len": args.seq_len,
-        "threads": torch.get_num_threads(), "load_average": round(load, 2), "peak_flops": peak,
+        "threads": torch.get_num_threads(), "malloc": malloc, "load_average": round(load, 2), "peak_flops": peak,
         "flops_per_token": flops.per_token, "matmul_weights": flops.matmul_weights,
         "attention_flops_per_token": flops.attention, "mamba_scan_flops_per_token": flops.mamba_scan,
         "recipe_tokens_per_second": recipe, "baseline_tokens_per_second": baseline, "achieved_flops": achieved,

@@ -53,10 +53,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 row_weight = (keep.to(exact) * scale)[:, None]  # d(loss)/d(this row's loss), 0 if ignored
                 logits = (block @ weight_c.t()).to(exact)
                 # log Z from the softmax itself, so the exponentials are taken once: the largest probability
-                # is exp(max - log Z) >= 1 / vocabulary, so log Z = max - log(p_max) cannot underflow.
-                top, top_index = logits.max(dim=-1)
+                # is exp(max - log Z) >= 1 / vocabulary, so log Z = max - log(p_max) cannot underflow. (Two
+                # `amax` passes, not `max` with its index: measured 8x faster at nano2 tiny's 4,096 words.)
                 probs = torch.softmax(logits, dim=-1)
-                log_z = top - probs.gather(1, top_index[:, None]).squeeze(1).log()
+                log_z = logits.amax(dim=-1) - probs.amax(dim=-1).log()
                 picked = logits.gather(1, safe[:, None]).squeeze(1)
                 total += ((log_z - picked) * keep).sum()
                 # d(loss)/d(logits) = (softmax - one_hot(target)) * row_weight. The one-hot and the row

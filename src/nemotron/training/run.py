@@ -58,6 +58,7 @@ from nemotron.training.compute import (
     check_trainable_here,
     cleanup,
     device_name,
+    keep_freed_memory,
     seed_everything,
     setup_distributed,
     to_device,
@@ -99,6 +100,7 @@ class TrainingRun:
         seed_everything(config.seed)
         quiet_cuda_kernel_notes()  # on a CPU the Mamba CUDA kernels cannot run: no need to say so
         torch.set_num_threads(torch_threads(config.num_threads))
+        keep_freed_memory()  # each step re-takes the buffers the last one freed: no page faults
         if not self.info.is_main:
             sys.stdout = open(os.devnull, "w")  # one artifact JSON on stdout per job, from rank 0
         self.identity = {"config": run_settings(config), "inputs": [artifact.digest for artifact in self.inputs]}
