@@ -27,17 +27,18 @@ import sys
 import tempfile
 import time
 
-import torch
-import torch.nn.functional as F
-
-from nemotron.models.nano2 import build_config, build_model
-from nemotron.training.compute import seed_everything, torch_threads
-from nemotron.training.optim import build_optimizer
-
 SEQ = {"tiny": 256, "small": 512}
 
 
 def time_steps(scale: str, compiled: bool, steps: int, batch: int, pattern: str | None = None) -> dict:
+    # imported here, in the child that measures: the parent only launches children and skips their import time
+    import torch
+    import torch.nn.functional as F
+
+    from nemotron.models.nano2 import build_config, build_model
+    from nemotron.training.compute import seed_everything, torch_threads
+    from nemotron.training.optim import build_optimizer
+
     seed_everything(0)
     torch.set_num_threads(torch_threads())
     overrides = {"hybrid_override_pattern": pattern} if pattern else {}

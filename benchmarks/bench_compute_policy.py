@@ -9,7 +9,7 @@ table; re-run it to re-derive the rule on another machine.
 
     python benchmarks/bench_compute_policy.py                 # tiny and small, 20 steps each
     python benchmarks/bench_compute_policy.py --scales tiny --steps 40
-    python benchmarks/bench_compute_policy.py --quick         # one play, tiny, 2 steps per layout
+    python benchmarks/bench_compute_policy.py --quick         # one play, tiny, 2 steps, 1 x 1 and N x 1 only
 
 Run it on an idle machine: other busy processes make extra threads spin-wait and skew the ratios
 (the load average is printed first).
@@ -60,13 +60,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", nargs="+", default=["tiny", "small"])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--quick", action="store_true", help="tiny only, one play, 2 steps: checks it runs")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny only, one play, 2 steps, single-thread layouts only: checks it runs")
     args = parser.parse_args()
     plays = {"hamlet", "macbeth", "othello"}
     if args.quick:
         args.scales, args.steps, plays = ["tiny"], 2, {"macbeth"}
     cores = allowed_cores()
     layouts = sorted({(1, 1), (1, cores), (cores, 1)} | {(p, cores // p) for p in (2, 4) if cores % p == 0})
+    if args.quick:  # the plain and the torchrun launch; more threads per process is the same code path
+        layouts = [(processes, threads) for processes, threads in layouts if threads == 1]
     print(f"allowed cores: {cores}; load average: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
         for scale in args.scales:

@@ -16,7 +16,7 @@ the loss ratio. Run it on an otherwise idle machine: each model gets the same wa
     python benchmarks/bench_hybrid_vs_transformer.py                     # 120 s each
     python benchmarks/bench_hybrid_vs_transformer.py --seconds 60 \
         --dataset-path runs/nano2/stage0_pretrain/data_curation
-    python benchmarks/bench_hybrid_vs_transformer.py --quick     # 3 s each on one play (Macbeth)
+    python benchmarks/bench_hybrid_vs_transformer.py --quick     # 1 s each on one play (Macbeth), vocab 1024
 """
 
 from __future__ import annotations
@@ -99,15 +99,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--dataset-path", type=Path)
     parser.add_argument("--num-threads", type=int)
-    parser.add_argument("--quick", action="store_true", help="3 s each on one play: checks it runs")
+    parser.add_argument("--quick", action="store_true", help="1 s each on one play, vocab 1024: checks it runs")
     args = parser.parse_args()
     if args.quick:
-        args.seconds = 3.0
+        args.seconds = 1.0
     with tempfile.TemporaryDirectory() as tmp:
         path = args.dataset_path
         if path is None:
             path = Path(tmp) / "data"
-            blend = ["--blend-path", str(one_play_blend(Path(tmp)))] if args.quick else []
+            blend = ["--blend-path", str(one_play_blend(Path(tmp))), "--vocab-size", "1024"] if args.quick else []
             subprocess.run([sys.executable, "-m", "nemotron.recipes.nano2.stage0_pretrain.data_curation",
                             "--output-dir", str(path), *blend], check=True, capture_output=True)
         dataset = PretrainDataset.from_path(path)

@@ -9,7 +9,7 @@ whole command on an idle 2-core machine.
 
     python benchmarks/bench_recipe.py
     python benchmarks/bench_recipe.py --only default      # one run, the default policy
-    python benchmarks/bench_recipe.py --quick             # both policies on one play, 2 steps per training
+    python benchmarks/bench_recipe.py --quick             # one-thread only, one play, 2 steps per training
 
 Run it on an idle machine (the load average is printed): other busy processes slow both runs and
 make threads spin-wait.
@@ -66,8 +66,11 @@ def run_recipe(out: Path, extra: list[str]) -> tuple[float, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["default", "one-thread"])
-    parser.add_argument("--quick", action="store_true", help="one play, 2 steps per training: checks it runs")
+    parser.add_argument("--quick", action="store_true",
+                        help="one run (one-thread), one play, 2 steps per training: checks it runs")
     args = parser.parse_args()
+    if args.quick and not args.only:  # one recipe run is enough; the one-thread one also checks its flags parse
+        args.only = "one-thread"
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     policies = {"default": [], "one-thread": ONE_THREAD}
     if args.only:
