@@ -53,8 +53,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 row_weight = (keep.to(exact) * scale)[:, None]  # d(loss)/d(this row's loss), 0 if ignored
                 logits = (block @ weight_c.t()).to(exact)
                 # log Z from the softmax itself, so the exponentials are taken once: the largest probability
-                # is exp(max - log Z) >= 1 / vocabulary, so log Z = max - log(p_max) cannot underflow. (Two
-                # `amax` passes, not `max` with its index: measured 8x faster at nano2 tiny's 4,096 words.)
+                # is exp(max - log Z) >= 1 / vocabulary, so log Z = max - log(p_max) cannot underflow. Two
+                # `amax` passes, not `max` with its index: 0.4 against 3.6 ms a pass at 1,024 x 4,096.
                 probs = torch.softmax(logits, dim=-1)
                 log_z = logits.amax(dim=-1) - probs.amax(dim=-1).log()
                 picked = logits.gather(1, safe[:, None]).squeeze(1)
