@@ -28,22 +28,8 @@ from pathlib import Path
 
 import httpx
 
+from nemotron.models.reference import random_chat_model
 from nemotron.sdg.client import Client, Endpoint, measure_throughput
-
-
-def tiny_chat_model(folder: Path) -> Path:
-    """A real tiny nano2 model with our tokenizer and chat template (untrained): the --quick model."""
-    from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
-    from nemotron.data_prep.sources import read_chatterbot
-    from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
-    from nemotron.models.hybrid import build_model
-    from nemotron.models.nano2 import build_config
-
-    conversations, _ = read_chatterbot()
-    texts = ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
-    train_tokenizer(texts, 1024, folder, chat_template=NANO2_CHAT_TEMPLATE)
-    build_model(build_config("tiny", len(load_tokenizer(folder))), seed=0).save_pretrained(str(folder))
-    return folder
 
 
 def main() -> None:
@@ -59,7 +45,7 @@ def main() -> None:
     if args.quick:
         args.requests, args.concurrency, args.max_tokens = 2, 2, 4
         endpoint_model = "tiny"
-        served = [str(tiny_chat_model(Path(tmp.name) / "tiny")), "--served-model-name", endpoint_model]
+        served = [str(random_chat_model(Path(tmp.name) / "tiny")), "--served-model-name", endpoint_model]
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

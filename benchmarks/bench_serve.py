@@ -32,20 +32,7 @@ from pathlib import Path
 
 import httpx
 
-
-def tiny_chat_model(folder: Path) -> Path:
-    """A real tiny nano2 model with our tokenizer and chat template (untrained): the --quick model."""
-    from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
-    from nemotron.data_prep.sources import read_chatterbot
-    from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
-    from nemotron.models.hybrid import build_model
-    from nemotron.models.nano2 import build_config
-
-    conversations, _ = read_chatterbot()
-    texts = ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
-    train_tokenizer(texts, 1024, folder, chat_template=NANO2_CHAT_TEMPLATE)
-    build_model(build_config("tiny", len(load_tokenizer(folder))), seed=0).save_pretrained(str(folder))
-    return folder
+from nemotron.models.reference import random_chat_model
 
 
 def start_server(model: str, clients: int) -> tuple[subprocess.Popen, int]:
@@ -118,7 +105,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model, max_tokens = args.model, args.max_tokens
         if args.quick:
-            model, max_tokens = str(tiny_chat_model(Path(tmp) / "tiny")), 8
+            model, max_tokens = str(random_chat_model(Path(tmp) / "tiny")), 8
         server, port = start_server(model, args.clients)
         try:
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=900)
