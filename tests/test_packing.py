@@ -14,6 +14,7 @@ import pytest
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.packing import (
     PackingConfig,
+    concat_packed_parquet,
     pack_conversations,
     pack_to_parquet,
     plan_packs,
@@ -133,6 +134,27 @@ def test_same_inputs_and_seed_give_identical_bytes(tmp_path):
         pack_to_parquet(conversations, tmp_path / f"{name}.parquet", config, show_progress=False)
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
     assert (tmp_path / "a.parquet").read_bytes() != (tmp_path / "c.parquet").read_bytes()
+
+
+def test_concatenated_work_item_files_hold_every_row_in_order_and_refuse_mixed_pack_sizes(tmp_path):
+    """A stage pipeline packs each work item alone; the split's one file (what Megatron-Bridge reads)
+    is their rows in item order, with the pack size kept for the reader's checks."""
+    parts, expected = [], []
+    for index, count in enumerate([7, 1500, 40]):  # 1,500 rows: more than one row group
+        rows, _ = pack_conversations(synthetic_conversations(count, seed=index), PackingConfig(pack_size=64),
+                                     show_progress=False)
+        parts.append(write_packed_parquet(rows, tmp_path / f"shard_{index:05d}.parquet", 64))
+        expected += unpack(rows)
+    merged = concat_packed_parquet(parts, tmp_path / "train.parquet")
+    assert unpack(read_packed(merged)) == expected and pq.ParquetFile(merged).metadata.num_row_groups > 1
+    assert read_packed(merged, pack_size=64) and pq.read_schema(merged).metadata[b"nemotron.pack_size"] == b"64"
+    assert concat_packed_parquet(parts, tmp_path / "again.parquet").read_bytes() == merged.read_bytes()
+
+    pack_to_parquet(synthetic_conversations(5), tmp_path / "other.parquet", PackingConfig(pack_size=128),
+                            show_progress=False)
+    with pytest.raises(NemotronError, match="pack sizes"):
+        concat_packed_parquet([parts[0], tmp_path / "other.parquet"], tmp_path / "mixed.parquet")
+    assert not (tmp_path / "mixed.parquet").exists()
 
 
 def test_file_is_zstd_with_the_bridge_schema(tmp_path):

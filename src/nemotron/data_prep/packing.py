@@ -316,6 +316,28 @@ def pack_to_parquet(
     return stats
 
 
+def concat_packed_parquet(paths: Sequence[Path | str], path: Path | str) -> Path:
+    """Concatenate packed Parquet files (one per work item) into one, in the given order, atomically.
+
+    Megatron-Bridge reads one packed file per split; a stage pipeline packs each work item on its own.
+    The rows are copied a row group at a time, so no process holds more than one row group. Every
+    input must have the same pack size. Returns the path."""
+    path, paths = Path(path), [Path(p) for p in paths]
+    if not paths:
+        raise NemotronError(f"no packed Parquet files to concatenate into {path}")
+    pack_sizes = {pq.read_schema(p).metadata.get(PACK_SIZE_KEY) for p in paths}
+    if len(pack_sizes) != 1 or None in pack_sizes:
+        raise NemotronError(f"{path}: the packed files to concatenate have pack sizes {sorted(map(str, pack_sizes))}; "
+                            "they must all come from one run with one pack size")
+    schema = SCHEMA.with_metadata({PACK_SIZE_KEY: pack_sizes.pop()})
+    with atomic.output_path(path) as temp, pq.ParquetWriter(temp, schema, compression="zstd") as writer:
+        for source in paths:
+            packed = pq.ParquetFile(source)
+            for group in range(packed.num_row_groups):
+                writer.write_table(packed.read_row_group(group).cast(schema), row_group_size=ROW_GROUP_SIZE)
+    return path
+
+
 def read_packed(path: Path | str, pack_size: int | None = None) -> list[PackedRow]:
     """Read packed Parquet and check every invariant; a violation names the file, row and column.
 
