@@ -164,6 +164,22 @@ def test_sft_curation_holds_problems_out_by_question_and_strips_reasoning_from_a
     assert trained.count("<|im_end|>") == 80 and "</think>" not in trained and "carry" not in trained
 
 
+@pytest.mark.slow
+def test_sft_curation_stages_write_the_bytes_of_one_process_with_two_workers(moe, tmp_path):
+    """The step's stage list over its work items (the problems' chat file, chatterbot): a pool of two
+    writes the files of one process, the run hash and digest are the same, and a re-run re-uses them."""
+    made = [sft_curation.main(sft_curation.Config(checkpoint_path=moe.path, num_problems=100, chat_data=True,
+                                                  workers=workers, output_dir=tmp_path / f"workers_{workers}"))
+            for workers in (1, 2)]
+    for name in ("train.parquet", "valid.parquet", "problem_chats.jsonl"):
+        assert (made[0].path / name).read_bytes() == (made[1].path / name).read_bytes(), name
+    assert made[0].metrics["run_hash"] == made[1].metrics["run_hash"] and made[0].digest == made[1].digest
+    assert made[0].metrics["chat_conversations"] > 1000 and made[0].num_train_conversations > 1000
+    again = sft_curation.main(sft_curation.Config(checkpoint_path=moe.path, num_problems=100, chat_data=True,
+                                                  output_dir=tmp_path / "workers_2"))
+    assert again.digest == made[1].digest
+
+
 @pytest.fixture(scope="module")
 def sft(sft_data, tmp_path_factory):
     return sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=2, micro_batch_size=2,

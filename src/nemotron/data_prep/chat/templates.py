@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from nemotron.data_prep.chat import nano2, nano3
+from nemotron.data_prep.chat import nano2, nano3, records
 from nemotron.errors import NemotronError
 
 ChatTemplateName = Literal["nano2", "nano3"]
@@ -26,18 +26,23 @@ class ChatTemplate:
     tokenize_conversation: `(tokenizer, messages, loss_on=..., conversation_id=...)` -> (ids, loss mask),
         loss_on "assistant" (what the format trains) or "all".
     tokenize_prompt: `(tokenizer, messages)` -> the ids a model generates its next assistant turn from.
+    settings: the keyword settings `tokenize_conversation` takes beyond those (nano3: `train_reasoning`).
+    tokenize_record: `(tokenizer, conversation)` -> (ids, loss mask) of a post-training record converted
+        by `chat.records`, masked by its own `loss_mode`; None where the converter sets no loss mode.
     """
 
     name: str
     jinja: str
     tokenize_conversation: Callable[..., tuple[list[int], list[int]]]
     tokenize_prompt: Callable[..., list[int]]
+    settings: tuple[str, ...] = ()
+    tokenize_record: Callable[..., tuple[list[int], list[int]]] | None = None
 
 
 CHAT_TEMPLATES: dict[str, ChatTemplate] = {
     "nano2": ChatTemplate("nano2", nano2.NANO2_CHAT_TEMPLATE, nano2.tokenize_conversation, nano2.tokenize_prompt),
     "nano3": ChatTemplate("nano3", nano3.NANO3_CHAT_TEMPLATE, nano3.tokenize_nano3_conversation,
-                          nano3.tokenize_nano3_prompt),
+                          nano3.tokenize_nano3_prompt, ("train_reasoning",), records.tokenize_nano3_record),
 }
 assert tuple(CHAT_TEMPLATES) == get_args(ChatTemplateName), "the Literal and the registry must name the same"
 

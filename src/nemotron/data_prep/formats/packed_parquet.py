@@ -35,7 +35,12 @@ class PackedParquet(ShardFormat):
 
     def check_options(self, options: dict[str, Any]) -> None:
         _packing_config(options)
-        chat_template_named(options.get("chat_template", "nano2"))  # an unknown name is refused here
+        template = chat_template_named(options.get("chat_template", "nano2"))  # an unknown name is refused here
+        known = {"pack_size", "algorithm", "overflow", "seed", "chat_template", "messages_field", "loss_on",
+                 *template.settings}
+        if unknown := sorted(set(options) - known):
+            raise NemotronError(f"packed_parquet options {unknown} are not known with chat template "
+                                f"{template.name!r}; use {sorted(known)}")
 
     def setup_payload(self, tokenizer_json: str, tokenizer_dir: Path | None) -> dict[str, bytes]:
         # The chat markers and template live in the folder's config, so the whole folder travels.
@@ -62,6 +67,7 @@ class PackedParquet(ShardFormat):
         template = chat_template_named(options.get("chat_template", "nano2"))
         check_chat_tokenizer(state, "the run's tokenizer", template.name)  # the template, not only the markers
         field, loss_on = options.get("messages_field", "messages"), options.get("loss_on", "assistant")
+        settings = {key: options[key] for key in template.settings if key in options}
         records, conversations = 0, []
         for offset, line in shard.lines():
             records += 1
@@ -71,8 +77,11 @@ class PackedParquet(ShardFormat):
             if problem is not None:
                 raise NemotronError(f"{shard.where}, line at byte {offset}: {problem}; each line must be "
                                     f'{{"{field}": [{{"role": ..., "content": ...}}, ...]}}')
-            conversations.append(template.tokenize_conversation(state, record[field], loss_on=loss_on,
-                                                                conversation_id=f"{shard.where} byte {offset}"))
+            if record.get("loss_mode") is not None and template.tokenize_record is not None:
+                conversations.append(template.tokenize_record(state, record))  # masked by its own loss mode
+            else:
+                conversations.append(template.tokenize_conversation(
+                    state, record[field], loss_on=loss_on, conversation_id=f"{shard.where} byte {offset}", **settings))
         counts = {"records": records, "conversations": 0, "rows": 0, "tokens": 0, "loss_tokens": 0,
                   "padding": 0, "truncated": 0, "truncated_tokens": 0, "dropped": 0}
         if not conversations:

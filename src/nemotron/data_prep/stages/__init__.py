@@ -2,6 +2,7 @@
 
     plan (driver)        plan.plan_work_items       list files, sizes, row groups; cut into work items
     read                 read.ReadStage             a work item's documents, local or fsspec URL
+    records -> chats     chat_records.RecordsToChatStage  post-training records in a chat template (SFT)
     filter + split       filter_split.FilterSplitStage  per document, from its text and its id
     dedup (two passes)   dedup.SignatureStage -> dedup.resolve_signatures (driver) -> dedup.DecisionStage
     tokenize-and-write   write.TokenizeWriteStage   one shard per split, any format of `formats/`
@@ -12,11 +13,12 @@
 """
 
 from nemotron.data_prep.stages.base import ItemContext, Resources, Stage, WorkItem
+from nemotron.data_prep.stages.chat_records import RecordsToChatStage
 from nemotron.data_prep.stages.filter_split import FilterSplitStage
 from nemotron.data_prep.stages.plan import plan_work_items
 from nemotron.data_prep.stages.read import ReadStage
-from nemotron.data_prep.stages.runner import StagePlan, plan_stages, run_stages
+from nemotron.data_prep.stages.runner import StagePlan, plan_stages, run_pending, run_stages
 from nemotron.data_prep.stages.write import TokenizeWriteStage
 
-__all__ = ["FilterSplitStage", "ItemContext", "ReadStage", "Resources", "Stage", "StagePlan", "TokenizeWriteStage",
-           "WorkItem", "plan_stages", "plan_work_items", "run_stages"]
+__all__ = ["FilterSplitStage", "ItemContext", "ReadStage", "RecordsToChatStage", "Resources", "Stage", "StagePlan",
+           "TokenizeWriteStage", "WorkItem", "plan_stages", "plan_work_items", "run_pending", "run_stages"]

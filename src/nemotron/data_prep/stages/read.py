@@ -7,8 +7,9 @@ ids the whole-file readers give them (`read_jsonl`: the record's "id", else "<fi
 `read_parquet`: "<file>:<row>"; `read_text`: the file's name), so a document lands in the same split
 whichever way it is read. What a reader leaves out (a record without text) is counted per reason.
 
-`mode="chat"` reads chat records (`{"messages": [...]}`) for SFT: a document's text is the record's
-canonical JSON and its id the record's "id", else the sha1 of that JSON; malformed lines are counted.
+`mode="chat"` reads chat records (`{"messages": [...]}` lines, or Parquet rows such as the post-training
+pipeline's records) for SFT: a document's text is the record's canonical JSON and its id the record's
+"id", else the sha1 of that JSON; malformed lines are counted.
 """
 
 from __future__ import annotations
@@ -80,8 +81,7 @@ class ReadStage(Stage):
             if problem is not None:
                 skipped["malformed"] += 1
                 return None
-            text = json.dumps(record, ensure_ascii=False, sort_keys=True)
-            return Document(str(record.get("id") or hashlib.sha1(text.encode()).hexdigest()), text, item.source)
+            return _chat_document(record, item.source)
         if problem is not None:
             raise NemotronError(f"{item.path}:{number}: {problem}; each line must be one JSON object")
         return _document(record, item, f"{item.file}:{number}", skipped)
@@ -92,6 +92,10 @@ class ReadStage(Stage):
         item, skipped = context.item, Counter()
         with storage.open_read(item.path) as stream:
             table = pq.ParquetFile(stream).read_row_groups(list(range(item.start, item.end)))
+        if self.mode == "chat":  # each row a chat record (e.g. the post-training pipeline's selected.parquet)
+            for record in table.to_pylist():
+                yield _chat_document(record, item.source)
+            return
         if item.text_field not in table.column_names:
             raise NemotronError(f"{item.path}: no column '{item.text_field}' (columns: {table.column_names}); "
                                 f"set text_field to the text column")
@@ -125,8 +129,7 @@ class ReadStage(Stage):
             if item.path != "chatterbot":
                 raise NemotronError(f"chat source {item.path!r}: use 'chatterbot' or a JSONL file of chats")
             for record in chatterbot_pool()[0]:
-                text = json.dumps(record, ensure_ascii=False, sort_keys=True)
-                yield Document(str(record.get("id") or hashlib.sha1(text.encode()).hexdigest()), text, item.source)
+                yield _chat_document(record, item.source)
             return
         from nemotron.data_prep.sources import read_source
 
@@ -140,6 +143,12 @@ class ReadStage(Stage):
     def _count_skipped(self, context: ItemContext, skipped: Counter) -> None:
         for reason, count in sorted(skipped.items()):
             context.count(self.name, f"skipped: {reason}", count)
+
+
+def _chat_document(record: dict, source: str) -> Document:
+    """A chat record as a Document: its canonical JSON, its "id" (else the sha1 of that JSON)."""
+    text = json.dumps(record, ensure_ascii=False, sort_keys=True)
+    return Document(str(record.get("id") or hashlib.sha1(text.encode()).hexdigest()), text, source)
 
 
 def _document(record: dict, item, fallback_id: str, skipped: Counter) -> Document | None:

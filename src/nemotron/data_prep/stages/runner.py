@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,19 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
     report.close()
     _report_to_tracker(plan, report.counts, statuses, executor)
     return statuses
+
+
+def run_pending(plan: StagePlan, executor: str = "local", workers: int | None = None) -> dict[str, str]:
+    """`run_stages`, starting no more processes than there are items left to make: a re-run whose
+    receipts all hold checks them in this process instead of paying for a pool or a cluster (spawned
+    interpreters take seconds). `workers=None`: every core (a local Ray gets them all anyway: starting
+    it is what costs, not using it)."""
+    pending = [item for item in plan.items
+               if not is_done(plan.output_dir, read_receipt(plan.output_dir, item.name), plan.run_hash, item.name,
+                              item.work)]
+    executor = executor if pending else "local"  # checking receipts needs no cluster
+    workers = workers or os.cpu_count() or 1
+    return run_stages(plan, executor=executor, workers=max(1, min(workers, len(pending))))
 
 
 def _report_to_tracker(plan: StagePlan, counts: dict[str, int], statuses: dict[str, str], executor: str) -> None:

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import sys
@@ -86,7 +85,7 @@ from nemotron.data_prep.stages import (
     TokenizeWriteStage,
     plan_stages,
     plan_work_items,
-    run_stages,
+    run_pending,
 )
 from nemotron.data_prep.stages.dedup import DecisionStage, SignatureStage, resolve_signatures
 from nemotron.data_prep.stages.finalize import finalize, reader_counts
@@ -360,18 +359,10 @@ def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRe
 
 
 def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
-    """Run a stage list's work items: in this process at tiny, else a pool of --workers or Ray tasks.
-
-    Start no more processes than there are items left to make: a re-run whose receipts all hold checks
-    them in this process instead of paying for a pool (spawned interpreters take seconds).
-    """
-    pending = [item for item in plan.items
-               if not is_done(plan.output_dir, read_receipt(plan.output_dir, item.name), plan.run_hash, item.name,
-                              item.work)]
-    executor = config.executor if pending else "local"  # checking receipts needs no cluster
-    # A local Ray gets every core by default: starting it is what costs, not using it.
-    workers = config.workers or (1 if config.scale == "tiny" and executor == "local" else os.cpu_count() or 1)
-    return run_stages(plan, executor=executor, workers=max(1, min(workers, len(pending))))
+    """A stage list's work items: in this process at tiny, else a pool of --workers (default: every core)
+    or Ray tasks."""
+    tiny_here = config.scale == "tiny" and config.executor == "local"
+    return run_pending(plan, config.executor, config.workers or (1 if tiny_here else None))
 
 
 def require_documents(blend: DataBlend, read_counts: dict[str, dict]) -> None:

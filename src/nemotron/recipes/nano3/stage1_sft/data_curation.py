@@ -2,19 +2,22 @@
 
 1. setup: the stage-0 checkpoint's tokenizer (it carries the nano3 chat template, stage-0 curation put
    it there), the problem count per scale.
-2. pipeline:
-   seeded addition problems with worked steps (`nemotron.data_prep.verifiable`) -> split by question into
-   train and held-out (the held-out ones are never trained on: evaluation and RL use them) ->
-   reasoning stripped from `--reasoning-off-share` of the training problems, as Nano 3 strips it from 10%
-   of its SFT samples so the model learns both sides of the on/off switch -> nano2's chat data
-   (chatterbot, no reasoning: `<think></think>` then the answer) -> the nano3 chat template with exact
-   loss masks (`tokenize_nano3_conversation`; reasoning tokens trained or not, `--train-reasoning`) ->
-   the post-training selection, if given (`--selected-path`, `--selected-artifact`, or a DiverseSelection
-   on stdin beside the checkpoint): each record in the nano3 template with its reasoning and tool calls,
-   masked by its own `loss_mode` (`nemotron.data_prep.chat.records`; records the template cannot
-   express are counted by reason in `selected_skipped`) ->
-   a seeded valid slice -> packed Parquet (`nemotron.data_prep.packing`).
-3. finalize: a `Nano3SFTDataset` with the counts.
+2. sources: seeded addition problems with worked steps (`nemotron.data_prep.verifiable`), split by
+   question into train and held out (the held-out ones are never trained on: evaluation and RL use
+   them), with reasoning stripped from `--reasoning-off-share` of the training problems, as Nano 3
+   strips it from 10% of its SFT samples so the model learns both sides of the on/off switch; they are
+   written as a chat file (`problem_chats.jsonl`) and from there read like any source. Beside them,
+   with `--chat-data`, nano2's chat data (chatterbot, no reasoning: `<think></think>` then the answer),
+   and the post-training selection, if given (`--selected-path`, `--selected-artifact`, or a
+   DiverseSelection on stdin beside the checkpoint).
+3. stages (the list in `main`, run over work items cut from those files, with receipts; no process
+   holds every conversation): read -> the selection's records in the nano3 template with their
+   reasoning and tool calls, masked by their own `loss_mode` (`nemotron.data_prep.chat.records`; those
+   the template cannot express are counted by reason in `selected_skipped`) -> valid or train by a
+   hash of each conversation's id -> the nano3 chat template with exact loss masks (reasoning tokens
+   trained or not, `--train-reasoning`), packed per work item (`nemotron.data_prep.packing`).
+4. finalize: each split's packed files concatenated into the one file Megatron-Bridge reads
+   (`train.parquet`, `valid.parquet`), and a `Nano3SFTDataset` with the counts from the receipts.
 
 torch-free (the tokenizer comes from `transformers`, imported when used).
 
@@ -36,17 +39,28 @@ import json
 import random
 import sys
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import ArtifactRef, apply_scale, mark_unfinished, read_stdin_artifacts, source_ref
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
-from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, tokenize_nano3_conversation
-from nemotron.data_prep.chat.records import selected_conversations, tokenize_nano3_record
-from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
-from nemotron.data_prep.sources import read_chatterbot
+from nemotron.data_prep.blend import DataBlend
+from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE
+from nemotron.data_prep.packing import concat_packed_parquet
+from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
+from nemotron.data_prep.stages import (
+    FilterSplitStage,
+    ReadStage,
+    RecordsToChatStage,
+    TokenizeWriteStage,
+    plan_stages,
+    plan_work_items,
+    run_pending,
+)
+from nemotron.data_prep.stages.finalize import finalize, reader_counts
 from nemotron.data_prep.verifiable import addition_problems, split_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset, PretrainDataset
@@ -89,15 +103,21 @@ class Config:
     selected_artifact: str | None = None
     """Or a tracked reference such as `diverseselection:latest`."""
     valid_share: float = 0.05
-    """Share of the training conversations kept for the validation loss."""
+    """Share of the training conversations kept for the validation loss (by a hash of each one's id)."""
     pack_size: int | None = None
     """Tokens per packed row; default per scale (tiny 256)."""
     output_dir: Path = Path("runs/nano3/stage1_sft/data_curation")
     """Where the tokenizer, packed Parquet and problem files are written."""
     scale: str = "tiny"
     """tiny | small | medium | full: sizes the number of problems and the pack size."""
+    workers: int | None = execution(None)
+    """Processes for the stages (the files are the same bytes for any number); default: 1 at tiny, else
+    one per CPU core."""
+    executor: Literal["local", "ray"] = "local"
+    """Where the stages run: local (this process, or a pool of --workers processes) or ray (each work item
+    a Ray task; RAY_ADDRESS names a cluster, else a local Ray starts). Same bytes either way."""
     seed: int = 0
-    """Seeds the problems, the split, which problems lose their reasoning, and the packing."""
+    """Seeds the problems, the held-out split, which problems lose their reasoning, and the packing."""
 
 
 def main(config: Config) -> Nano3SFTDataset:
@@ -123,56 +143,72 @@ def main(config: Config) -> Nano3SFTDataset:
     num_problems = config.num_problems or apply_scale(FULL_PROBLEMS, config.scale)
     if not 0 <= config.reasoning_off_share <= 1 or not 0 < config.valid_share < 1:
         raise NemotronError("--reasoning-off-share must be in [0, 1] and --valid-share in (0, 1)")
+    if config.workers is not None and config.workers < 1:
+        raise NemotronError(f"--workers must be >= 1, got {config.workers}")
+    selection = _selection(config)
 
-    # --- pipeline: problems -> split -> reasoning on/off -> chat data -> template + masks -> pack ---
+    # --- sources: the problems (made from the seed, then read like any file), chat data, the selection ---
+    out = mark_unfinished(config.output_dir)
     digits = config.digits or DIGITS[config.scale]
     train, test = split_problems(addition_problems(num_problems, config.seed, digits), config.held_out, config.seed)
     rng = random.Random(config.seed)
     reasoning_off = set(rng.sample(range(len(train)), round(len(train) * config.reasoning_off_share)))
-    conversations = [p.messages(with_reasoning=i not in reasoning_off) for i, p in enumerate(train)]
-    chats = 0
-    if config.chat_data:
-        chatterbot, _ = read_chatterbot()
-        conversations += [c["messages"] for c in chatterbot]
-        chats = len(chatterbot)
-    tokenized = [tokenize_nano3_conversation(tokenizer, messages, config.train_reasoning) for messages in conversations]
-    selection, (selected, selected_skipped) = _selection(config), ([], {})
-    if selection is not None:
-        selected, selected_skipped = selected_conversations(_selected_file(selection), "nano3")
-        tokenized += [tokenize_nano3_record(tokenizer, conversation) for conversation in selected]
-    order = list(range(len(tokenized)))
-    rng.shuffle(order)
-    cut = max(1, round(len(order) * config.valid_share))
-    valid, kept = [tokenized[i] for i in order[:cut]], [tokenized[i] for i in order[cut:]]
-
-    out = mark_unfinished(config.output_dir)
-    packing = PackingConfig(pack_size=pack_size, seed=config.seed)
-    train_stats = pack_to_parquet(kept, out / "train.parquet", packing, show_progress=False)
-    valid_stats = pack_to_parquet(valid, out / "valid.parquet", packing, show_progress=False)
     for name, problems in (("train", train), ("test", test)):
-        lines = "".join(json.dumps({"question": p.question, "answer": p.answer, "a": p.a, "b": p.b}) + "\n"
-                        for p in problems)
-        atomic.write_text(out / f"problems_{name}.jsonl", lines)
-    tokenizer.save_pretrained(out / "tokenizer")
+        atomic.write_text(out / f"problems_{name}.jsonl", "".join(
+            json.dumps({"question": p.question, "answer": p.answer, "a": p.a, "b": p.b}) + "\n" for p in problems))
+    atomic.write_text(out / "problem_chats.jsonl", "".join(
+        json.dumps({"id": f"problem-{i:06d}", "messages": p.messages(with_reasoning=i not in reasoning_off)}) + "\n"
+        for i, p in enumerate(train)))
+    tokenizer.save_pretrained(out / "tokenizer")  # the tokenizer alone travels to the workers, not the model
+    blend = DataBlend.from_dict({"sources": [
+        {"path": "problem_chats.jsonl", "name": "problems"},
+        *([{"path": "chatterbot"}] if config.chat_data else []),
+        *([{"path": str(_selected_file(selection)), "name": "selected"}] if selection is not None else []),
+    ], "split": [1 - config.valid_share, config.valid_share, 0.0]}, base_dir=out)
 
-    # --- finalize ---
+    # --- stages: read -> records in the nano3 template -> valid by id -> tokenize, mask and pack per item ---
+    items, input_fingerprint = plan_work_items(blend, WORK_ITEM_BYTES)  # the driver reads no conversation
+    options = {"pack_size": pack_size, "chat_template": "nano3", "seed": config.seed,
+               "train_reasoning": config.train_reasoning}
+    plan = plan_stages(items, input_fingerprint, [
+        ReadStage(mode="chat"),
+        RecordsToChatStage("nano3", sources=("selected",)),  # reasoning, tool calls, own loss mode; skips counted
+        FilterSplitStage(blend.split),  # a hash of each conversation's id: valid or train, decided alone
+        TokenizeWriteStage("packed_parquet", out / "tokenizer", options, record="chat"),
+    ], out / "runs")
+    run_pending(plan, config.executor, config.workers or (1 if config.scale == "tiny" else None))
+    splits, counts = finalize(plan, blend, "packed_parquet")
+
+    # --- finalize: one packed file per split (what Megatron-Bridge reads), the counts ---
+    for split in ("train", "valid"):
+        if split not in splits:
+            raise NemotronError(f"no conversation landed in {split} ({counts}); raise --num-problems or move "
+                                "--valid-share away from 0 and 1")
+        concat_packed_parquet(splits[split].paths, out / f"{split}.parquet")
+    chats = reader_counts(plan).get("chatterbot", {}).get("read", 0)
+    loss_modes = {key.removeprefix("records/loss mode: "): n for key, n in counts.items()
+                  if key.startswith("records/loss mode: ")}
+    skipped = {key.removeprefix("records/skipped: "): n for key, n in counts.items()
+               if key.startswith("records/skipped: ")}
+    packed = {split: splits[split].totals for split in ("train", "valid")}
     print(f"data_curation: {len(train)} train problems ({len(reasoning_off)} without reasoning), {len(test)} held "
-          f"out, {chats} chats, {len(selected)} selected records ({sum(selected_skipped.values())} the template "
-          f"cannot express); {train_stats.rows} packed rows", file=sys.stderr)
+          f"out, {chats} chats, {sum(loss_modes.values())} selected records ({sum(skipped.values())} the template "
+          f"cannot express); {packed['train']['rows']} packed rows", file=sys.stderr)
     metrics = {"train_problems": len(train), "reasoning_off_problems": len(reasoning_off), "test_problems": len(test),
-               "chat_conversations": chats, "selected_records": len(selected),
-               "selected_loss_modes": dict(sorted(Counter(c["loss_mode"] for c in selected).items())),
-               "selected_skipped": dict(sorted(selected_skipped.items())),
-               "valid_conversations": len(valid), "valid_rows": valid_stats.rows,
-               **{f"train_{k}": v for k, v in train_stats.as_metrics().items()},
-               "wall_seconds": time.perf_counter() - started}
+               "chat_conversations": chats, "selected_records": sum(loss_modes.values()),
+               "selected_loss_modes": dict(sorted(loss_modes.items())),
+               "selected_skipped": dict(sorted(skipped.items())),
+               "valid_conversations": packed["valid"]["conversations"], "valid_rows": packed["valid"]["rows"],
+               **{f"train_{k}": v for k, v in packed["train"].items()},
+               "train_utilisation": packed["train"]["tokens"] / (packed["train"]["rows"] * pack_size),
+               "run_hash": plan.run_hash, "wall_seconds": time.perf_counter() - started}
     return Nano3SFTDataset(
         path=out, config=asdict(config), scale=config.scale, seed=config.seed,
         inputs=[base] + ([selection] if selection is not None else []),
         tokenizer_dir=out / "tokenizer", train_packed=out / "train.parquet", valid_packed=out / "valid.parquet",
         train_problems=out / "problems_train.jsonl", test_problems=out / "problems_test.jsonl", pack_size=pack_size,
-        num_train_conversations=len(kept), num_test_problems=len(test), train_reasoning=config.train_reasoning,
-        vocab_size=len(tokenizer), metrics=metrics,
+        num_train_conversations=packed["train"]["conversations"], num_test_problems=len(test),
+        train_reasoning=config.train_reasoning, vocab_size=len(tokenizer), metrics=metrics,
     ).save()
 
 
