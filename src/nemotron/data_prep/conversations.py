@@ -53,6 +53,7 @@ from nemotron.errors import NemotronError
 Conversation = dict[str, Any]
 FIELDS = ("id", "category", "source", "messages")
 WORD = re.compile(r"\w+")
+MALFORMED = "malformed JSON line"  # a pool line that is not a JSON object (a reject reason)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -78,39 +79,49 @@ def chatterbot_pool() -> tuple[list[Conversation], Counter[str]]:
 def load_chat_pool(path: Path) -> tuple[list[Conversation], Counter[str]]:
     """Read a JSONL pool of OpenAI-style or ShareGPT-style chats as conversations.
 
-    The format is detected per record: a "messages" list goes through `transforms.openai_chat`, a
-    "conversations" list through `transforms.sharegpt`. Ids are the record's "id" or "<file>:<n>";
-    the category is the record's "category" or the file name. Malformed lines, unknown formats and
-    records a transform skips are counted, never silent.
+    Each record goes through `pool_conversation`. Malformed lines, unknown formats and records a
+    transform skips are counted, never silent.
     """
     path = Path(path)
     records, malformed = read_jsonl(path)
-    rejects: Counter[str] = Counter({"malformed JSON line": malformed} if malformed else {})
-    to_chat = {"messages": [openai_chat()], "conversations": [sharegpt()]}
+    rejects: Counter[str] = Counter({MALFORMED: malformed} if malformed else {})
     pool = []
     for number, record in enumerate(records):
-        format_key = next((key for key in to_chat if isinstance(record.get(key), list)), None)
-        if format_key is None:
-            rejects["no 'messages' or 'conversations' list"] += 1
-            continue
-        chat, skipped_by = apply_transforms(record, to_chat[format_key])
+        chat, problem = pool_conversation(record, path.name, number)
         if chat is None:
-            rejects[f"skipped by {skipped_by}"] += 1
-            continue
-        pool.append(
-            {
-                "id": str(record.get("id", f"{path.name}:{number}")),
-                "category": str(record.get("category", path.stem)),
-                "source": path.name,
-                "messages": chat["messages"],
-            }
-        )
+            rejects[problem] += 1
+        else:
+            pool.append(chat)
     return pool, rejects
+
+
+def pool_conversation(record: dict[str, Any], file: str, number: int) -> tuple[Conversation | None, str | None]:
+    """One pool record as a conversation, or (None, why it cannot be one).
+
+    The format is detected per record: a "messages" list goes through `transforms.openai_chat`, a
+    "conversations" list through `transforms.sharegpt`. The id is the record's "id", else
+    "<file>:<number>"; the category is the record's "category", else the file's stem; the source is
+    the file's name.
+    """
+    to_chat = {"messages": [openai_chat()], "conversations": [sharegpt()]}
+    format_key = next((key for key in to_chat if isinstance(record.get(key), list)), None)
+    if format_key is None:
+        return None, "no 'messages' or 'conversations' list"
+    chat, skipped_by = apply_transforms(record, to_chat[format_key])
+    if chat is None:
+        return None, f"skipped by {skipped_by}"
+    return {"id": str(record.get("id", f"{file}:{number}")), "category": str(record.get("category", Path(file).stem)),
+            "source": file, "messages": chat["messages"]}, None
 
 
 # ---------------------------------------------------------------------------------------------------
 # Validation and dedup
 # ---------------------------------------------------------------------------------------------------
+
+
+# Every reason `conversation_problem` gives, in a fixed order (a signature row stores its index).
+PROBLEMS = ("no messages", "unknown role", "empty message", "does not start with a user turn",
+            "does not end with an assistant turn", "two turns in a row from the same role")
 
 
 def conversation_problem(conversation: Conversation) -> str | None:
