@@ -36,7 +36,7 @@ from nemotron.data_prep.packing import PackingStats
 from nemotron.data_prep.sources import Document
 from nemotron.data_prep.splits import SPLITS, SplitReport, check_ratios, repair_groups, split_of
 from nemotron.data_prep.stages.base import ItemContext, Stage
-from nemotron.data_prep.stages.dedup import DECISION, EXACT, KEPT, SCALE_CAP
+from nemotron.data_prep.stages.dedup import DECISION, EXACT, KEPT, SCALE_CAP, write_decisions
 from nemotron.data_prep.stages.runner import StagePlan
 from nemotron.errors import NemotronError
 
@@ -132,13 +132,8 @@ def resolve_conversations(run: StagePlan, folder: Path, *, limit: int) -> Conver
     homes, resolution.split = repair_groups(assigned, [tables[i]["question"][row].tobytes() for i, row in kept])
     for (i, row), home in zip(kept, homes, strict=True):
         decisions[i][row] = (KEPT, SPLITS.index(home), 1)
-    shutil.rmtree(folder, ignore_errors=True)
-    digest = hashlib.sha256()
-    for item, decided in zip(run.items, decisions, strict=True):
-        with atomic.output_file(folder / f"{item.name}.npy", "wb") as out:
-            np.save(out, decided, allow_pickle=False)
-        digest.update(decided.tobytes())
-    resolution.fingerprint = digest.hexdigest()
+    shutil.rmtree(folder, ignore_errors=True)  # decisions of an earlier run with other inputs
+    resolution.fingerprint = write_decisions(run, decisions, folder)
     return resolution
 
 

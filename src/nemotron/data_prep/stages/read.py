@@ -42,6 +42,8 @@ class ReadStage(Stage):
         """`template` (conversation mode): the chat template post-training records are converted for."""
         if mode not in ("text", "chat", "conversation"):
             raise NemotronError(f"ReadStage mode={mode!r}; use 'text', 'chat' or 'conversation'")
+        if template not in ("nano2", "nano3"):  # chat.records.CONVERTERS, without importing it here
+            raise NemotronError(f"ReadStage template={template!r}; use 'nano2' or 'nano3'")
         self.mode, self.template = mode, template
 
     def fingerprint(self) -> dict:

@@ -3,7 +3,7 @@
 Supervised fine-tuning teaches a pretrained model the chat format: answer a user turn, then stop.
 This step turns raw chats into exactly what the SFT trainer reads, and keeps the held-out questions
 that stage-1 evaluation and stage-2 preference data need. It reads like stage 0's curation, in three
-phases, and no process holds the corpus (docs/data-prep.md): the driver keeps ids' hashes and counts.
+phases, and no process holds the corpus (docs/data-prep.md): the driver keeps hashes and counts.
 
 1. setup: the stage-0 checkpoint and its tokenizer; the sources as work items (`plan_work_items`):
    the offline chatterbot corpus (~2,000 chats, 21 categories), extra JSONL pools
@@ -26,9 +26,8 @@ phases, and no process holds the corpus (docs/data-prep.md): the driver keeps id
    SFT trainer and the Megatron-Bridge hand-off read; counts from the receipts; an `SFTDataset`.
 
 A tokenizer without the chat markers or the nano2 template is refused. Re-running into the same
-`--output-dir` re-uses every work item whose receipt holds. At tiny, chatterbot is one work item, so
-its split is packed as a whole, as the in-memory curation packed it; with several sources, each
-source file (or 64 MB of one) is packed on its own, and rows never mix work items.
+`--output-dir` re-uses every work item whose receipt holds. Rows are packed per work item (a source
+file, or 64 MB of one) and never mix items; at tiny, chatterbot is one item, packed whole.
 
 Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Output: an `SFTDataset`
 (tokenizer copy, packed train/valid Parquet, train/valid/test conversation JSONL).
@@ -114,7 +113,7 @@ class Config:
 
 
 def main(config: Config) -> SFTDataset:
-    started, seconds = time.perf_counter(), {}
+    seconds: dict[str, float] = {}
     # --- setup: the stage-0 checkpoint and its tokenizer, the sources as work items ---
     limit = apply_scale(FULL_CONVERSATIONS, config.scale)  # also rejects an unknown scale
     pack_size = config.pack_size or PACK_SIZES[config.scale]
@@ -155,13 +154,14 @@ def main(config: Config) -> SFTDataset:
 
     # --- stages, pass 2: read -> decisions -> conversations JSONL (all splits) -> packed Parquet ---
     out = mark_unfinished(out)  # a failed re-run must not leave an artifact over mixed files
+    save_tokenizer(tokenizer, out / "tokenizer")  # the dataset's own copy; the writers ship it, not the model
     packing = {"pack_size": pack_size, "overflow": config.overflow, "seed": config.seed, "chat_template": "nano2"}
     with timed("write", seconds):
         splits = plan_stages(items, input_fingerprint, [
             ReadStage(mode="conversation"),
             DecisionStage(resolution),  # drops by the decisions (counted per reason), gives each its split
             TokenizeWriteStage("jsonl", None, record="chat", pass_on=True, name="conversations"),
-            TokenizeWriteStage("packed_parquet", tokenizer_dir, packing, record="chat", splits=("train", "valid")),
+            TokenizeWriteStage("packed_parquet", out / "tokenizer", packing, record="chat", splits=("train", "valid")),
         ], out / "splits")
         run_here(splits, config)
 
@@ -173,7 +173,6 @@ def main(config: Config) -> SFTDataset:
                   for split in ("train", "valid")}
         counts = stage_counts(splits)
         stats = {split: packing_stats(path, counts, f"write/{split}/", pack_size) for split, path in packed.items()}
-        save_tokenizer(tokenizer, out / "tokenizer")
         remove_other_runs([signatures, splits])
     read = reader_counts(signatures)
     return SFTDataset(
