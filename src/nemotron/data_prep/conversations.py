@@ -7,8 +7,9 @@ A conversation is one JSON record, the shape every nano2 chat step reads and wri
 
 What this module does:
 - `load_chat_pool(path)`: a JSONL pool of chats in OpenAI (`{"messages": [...]}`) or ShareGPT
-  (`{"conversations": [{"from", "value"}]}`) format, normalized through the JSONL transforms of
-  `nemotron.data_prep.transforms`; every record that cannot become a conversation is counted by reason.
+  (`{"conversations": [{"from", "value"}]}`) format, each record normalized by `pool_conversation`
+  through the JSONL transforms of `nemotron.data_prep.transforms` (the stage reader uses it too);
+  every record that cannot become a conversation is counted by reason.
 - `chatterbot_pool()`: the offline chatterbot corpus (via `nemotron.data_prep.sources.read_chatterbot`).
 - `conversation_problem(conversation)` / `filter_conversations(...)`: the checks a training chat must
   pass (known roles, non-blank text, starts with a user turn, ends with the assistant answer we train
