@@ -6,10 +6,10 @@ A conversation is one JSON record, the shape every nano2 chat step reads and wri
      "messages": [{"role": "user", "content": "What is AI?"}, {"role": "assistant", "content": "..."}]}
 
 What this module does:
-- `load_chat_pool(path)`: a JSONL pool of chats in OpenAI (`{"messages": [...]}`) or ShareGPT
-  (`{"conversations": [{"from", "value"}]}`) format, each record normalized by `pool_conversation`
-  through the JSONL transforms of `nemotron.data_prep.transforms` (the stage reader uses it too);
-  every record that cannot become a conversation is counted by reason.
+- `pool_conversation(record, file, number)`: one record of a JSONL pool of chats in OpenAI
+  (`{"messages": [...]}`) or ShareGPT (`{"conversations": [{"from", "value"}]}`) format, normalized
+  through the JSONL transforms of `nemotron.data_prep.transforms`, or why it cannot be a conversation
+  (the stage reader, `stages.read.ReadStage(mode="conversation")`, counts those by reason).
 - `chatterbot_pool()`: the offline chatterbot corpus (via `nemotron.data_prep.sources.read_chatterbot`).
 - `conversation_problem(conversation)` / `filter_conversations(...)`: the checks a training chat must
   pass (known roles, non-blank text, starts with a user turn, ends with the assistant answer we train
@@ -75,25 +75,6 @@ def chatterbot_pool() -> tuple[list[Conversation], Counter[str]]:
     conversations, skipped = read_chatterbot()
     pool = [{**conversation, "source": "chatterbot"} for conversation in conversations]
     return pool, Counter(skipped)
-
-
-def load_chat_pool(path: Path) -> tuple[list[Conversation], Counter[str]]:
-    """Read a JSONL pool of OpenAI-style or ShareGPT-style chats as conversations.
-
-    Each record goes through `pool_conversation`. Malformed lines, unknown formats and records a
-    transform skips are counted, never silent.
-    """
-    path = Path(path)
-    records, malformed = read_jsonl(path)
-    rejects: Counter[str] = Counter({MALFORMED: malformed} if malformed else {})
-    pool = []
-    for number, record in enumerate(records):
-        chat, problem = pool_conversation(record, path.name, number)
-        if chat is None:
-            rejects[problem] += 1
-        else:
-            pool.append(chat)
-    return pool, rejects
 
 
 def pool_conversation(record: dict[str, Any], file: str, number: int) -> tuple[Conversation | None, str | None]:
