@@ -32,16 +32,28 @@ from pathlib import Path
 import numpy as np
 
 from nemotron import atomic
+from nemotron.data_prep.blend import DataBlend
 from nemotron.data_prep.packing import PackingStats
 from nemotron.data_prep.sources import Document
 from nemotron.data_prep.splits import SPLITS, SplitReport, check_ratios, repair_groups, split_of
-from nemotron.data_prep.stages.base import ItemContext, Stage
+from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.data_prep.stages.dedup import DECISION, EXACT, KEPT, SCALE_CAP, write_decisions
+from nemotron.data_prep.stages.plan import plan_work_items
 from nemotron.data_prep.stages.runner import StagePlan
 from nemotron.errors import NemotronError
 
 SIGNATURE = np.dtype([("problem", "<i2"), ("split", "i1"), ("exact", "u1", (32,)), ("question", "u1", (32,))])
 INVALID = 10  # decision reason of the first problem in `conversations.PROBLEMS`; the others follow
+
+
+def plan_conversation_items(blend: DataBlend, lineage: list[str], work_item_bytes: int,
+                            ) -> tuple[list[WorkItem], list[dict]]:
+    """The chat sources' work items and input fingerprint (with `lineage`: content digests of sources
+    whose files the planner does not checksum, such as the chatterbot corpus)."""
+    items, fingerprint = plan_work_items(blend, work_item_bytes)  # reads no conversation
+    if not items:  # every source an empty file
+        raise NemotronError(f"no conversations in {', '.join(e.path for _, e in blend.entries())}; add data")
+    return items, fingerprint + [{"lineage": digest} for digest in lineage]
 
 
 class ConversationSignatureStage(Stage):

@@ -54,12 +54,13 @@ from nemotron.data_prep.conversations import chatterbot_folder, check_chat_token
 from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
 from nemotron.data_prep.progress import timed
 from nemotron.data_prep.splits import SPLITS, check_ratios
-from nemotron.data_prep.stages import ReadStage, TokenizeWriteStage, plan_stages, plan_work_items
+from nemotron.data_prep.stages import ReadStage, TokenizeWriteStage, plan_stages
 from nemotron.data_prep.stages.conversations import (
     ConversationSignatureStage,
     check_splits_filled,
     join_split_files,
     packing_stats,
+    plan_conversation_items,
     resolve_conversations,
 )
 from nemotron.data_prep.stages.dedup import DecisionStage
@@ -137,8 +138,7 @@ def main(config: Config) -> SFTDataset:
         check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
                    fix=f"pass --pack-size {limits.context} or smaller")
     blend, sources = chat_sources(config)
-    items, input_fingerprint = plan_work_items(blend, WORK_ITEM_BYTES)  # the driver reads no conversation
-    input_fingerprint += [{"lineage": ref.digest} for ref in sources]  # chatterbot's content too
+    items, input_fingerprint = plan_conversation_items(blend, [ref.digest for ref in sources], WORK_ITEM_BYTES)
     out = config.output_dir
 
     # --- stages, pass 1: read -> signatures; the driver: scale cap, validation, dedup, grouped split ---
