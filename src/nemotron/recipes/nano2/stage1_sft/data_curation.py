@@ -54,7 +54,7 @@ from nemotron.data_prep.conversations import chatterbot_folder, check_chat_token
 from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
 from nemotron.data_prep.progress import timed
 from nemotron.data_prep.splits import SPLITS, check_ratios
-from nemotron.data_prep.stages import ReadStage, TokenizeWriteStage, plan_stages
+from nemotron.data_prep.stages import ReadStage, TokenizeWriteStage, plan_stages, run_pending
 from nemotron.data_prep.stages.conversations import (
     ConversationSignatureStage,
     check_splits_filled,
@@ -65,7 +65,7 @@ from nemotron.data_prep.stages.conversations import (
 )
 from nemotron.data_prep.stages.dedup import DecisionStage
 from nemotron.data_prep.stages.finalize import reader_counts, stage_counts
-from nemotron.data_prep.stages.runner import StagePlan, remove_other_runs, run_pending
+from nemotron.data_prep.stages.runner import StagePlan, remove_other_runs
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.models.loading import ModelLimits, check_fits
@@ -237,8 +237,9 @@ def chat_sources(config: Config) -> tuple[DataBlend, list[ArtifactRef]]:
 
 
 def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
-    """Run a stage list's work items: in this process at tiny, else a pool of --workers processes."""
-    return run_pending(plan, "local", config.workers, tiny=config.scale == "tiny")
+    """A stage list's work items: in this process at tiny (chatterbot is one item; a spawned worker spends
+    ~2 s importing), else a pool of --workers (default: every core)."""
+    return run_pending(plan, "local", config.workers or (1 if config.scale == "tiny" else None))
 
 
 def save_tokenizer(tokenizer, folder: Path) -> None:
