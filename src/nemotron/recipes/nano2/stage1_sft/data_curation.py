@@ -25,9 +25,9 @@ phases, and no process holds the corpus (docs/data-prep.md): the driver keeps ha
 3. finalize: each split's per-item files joined in plan order into the one file per split that the
    SFT trainer and the Megatron-Bridge hand-off read; counts from the receipts; an `SFTDataset`.
 
-A tokenizer without the chat markers or the nano2 template is refused. Re-running into the same
-`--output-dir` re-uses every work item whose receipt holds. Rows are packed per work item (a source
-file, or 64 MB of one) and never mix items; at tiny, chatterbot is one item, packed whole.
+A tokenizer without the chat markers or the nano2 template is refused. A re-run re-uses every work item
+whose receipt holds. Rows are packed per work item (a source file, or 64 MB of one); at tiny chatterbot
+is one item, so the bytes are those of packing the split whole.
 
 Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Output: an `SFTDataset`
 (tokenizer copy, packed train/valid Parquet, train/valid/test conversation JSONL).
@@ -237,8 +237,7 @@ def chat_sources(config: Config) -> tuple[DataBlend, list[ArtifactRef]]:
 
 
 def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
-    """A stage list's work items: in this process at tiny (chatterbot is one item; a spawned worker spends
-    ~2 s importing), else a pool of --workers (default: every core)."""
+    """Work items in this process at tiny (a spawned worker imports for ~2 s), else a pool of --workers."""
     return run_pending(plan, "local", config.workers or (1 if config.scale == "tiny" else None))
 
 
