@@ -6,9 +6,10 @@ A conversation is one JSON record, the shape every nano2 chat step reads and wri
      "messages": [{"role": "user", "content": "What is AI?"}, {"role": "assistant", "content": "..."}]}
 
 What this module does:
-- `load_chat_pool(path)`: a JSONL pool of chats in OpenAI (`{"messages": [...]}`) or ShareGPT
-  (`{"conversations": [{"from", "value"}]}`) format, normalized through the JSONL transforms of
-  `nemotron.data_prep.transforms`; every record that cannot become a conversation is counted by reason.
+- `pool_conversation(record, file, number)`: one record of a JSONL pool of chats in OpenAI
+  (`{"messages": [...]}`) or ShareGPT (`{"conversations": [{"from", "value"}]}`) format, normalized
+  through the JSONL transforms of `nemotron.data_prep.transforms`, or why it cannot be a conversation
+  (the stage reader, `stages.read.ReadStage(mode="conversation")`, counts those by reason).
 - `chatterbot_pool()`: the offline chatterbot corpus (via `nemotron.data_prep.sources.read_chatterbot`).
 - `conversation_problem(conversation)` / `filter_conversations(...)`: the checks a training chat must
   pass (known roles, non-blank text, starts with a user turn, ends with the assistant answer we train
@@ -53,6 +54,7 @@ from nemotron.errors import NemotronError
 Conversation = dict[str, Any]
 FIELDS = ("id", "category", "source", "messages")
 WORD = re.compile(r"\w+")
+MALFORMED = "malformed JSON line"  # a pool line that is not a JSON object (a reject reason)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -75,42 +77,33 @@ def chatterbot_pool() -> tuple[list[Conversation], Counter[str]]:
     return pool, Counter(skipped)
 
 
-def load_chat_pool(path: Path) -> tuple[list[Conversation], Counter[str]]:
-    """Read a JSONL pool of OpenAI-style or ShareGPT-style chats as conversations.
+def pool_conversation(record: dict[str, Any], file: str, number: int) -> tuple[Conversation | None, str | None]:
+    """One pool record as a conversation, or (None, why it cannot be one).
 
     The format is detected per record: a "messages" list goes through `transforms.openai_chat`, a
-    "conversations" list through `transforms.sharegpt`. Ids are the record's "id" or "<file>:<n>";
-    the category is the record's "category" or the file name. Malformed lines, unknown formats and
-    records a transform skips are counted, never silent.
+    "conversations" list through `transforms.sharegpt`. The id is the record's "id", else
+    "<file>:<number>"; the category is the record's "category", else the file's stem; the source is
+    the file's name.
     """
-    path = Path(path)
-    records, malformed = read_jsonl(path)
-    rejects: Counter[str] = Counter({"malformed JSON line": malformed} if malformed else {})
     to_chat = {"messages": [openai_chat()], "conversations": [sharegpt()]}
-    pool = []
-    for number, record in enumerate(records):
-        format_key = next((key for key in to_chat if isinstance(record.get(key), list)), None)
-        if format_key is None:
-            rejects["no 'messages' or 'conversations' list"] += 1
-            continue
-        chat, skipped_by = apply_transforms(record, to_chat[format_key])
-        if chat is None:
-            rejects[f"skipped by {skipped_by}"] += 1
-            continue
-        pool.append(
-            {
-                "id": str(record.get("id", f"{path.name}:{number}")),
-                "category": str(record.get("category", path.stem)),
-                "source": path.name,
-                "messages": chat["messages"],
-            }
-        )
-    return pool, rejects
+    format_key = next((key for key in to_chat if isinstance(record.get(key), list)), None)
+    if format_key is None:
+        return None, "no 'messages' or 'conversations' list"
+    chat, skipped_by = apply_transforms(record, to_chat[format_key])
+    if chat is None:
+        return None, f"skipped by {skipped_by}"
+    return {"id": str(record.get("id", f"{file}:{number}")), "category": str(record.get("category", Path(file).stem)),
+            "source": file, "messages": chat["messages"]}, None
 
 
 # ---------------------------------------------------------------------------------------------------
 # Validation and dedup
 # ---------------------------------------------------------------------------------------------------
+
+
+# Every reason `conversation_problem` gives, in a fixed order (a signature row stores its index).
+PROBLEMS = ("no messages", "unknown role", "empty message", "does not start with a user turn",
+            "does not end with an assistant turn", "two turns in a row from the same role")
 
 
 def conversation_problem(conversation: Conversation) -> str | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from nemotron.trackers import get_lineage_tracker
 
@@ -64,3 +66,13 @@ class LiveProgress:
             row = {"items_total": self.total, "seconds": round(self.seconds, 3), **self.numbers()}
             self._log_series({x: self.done, **{f"{self.prefix}/{key}": value for key, value in row.items()}}, x=x)
         self.reported, self.reported_at = time.perf_counter(), self.done
+
+
+@contextmanager
+def timed(phase: str, seconds: dict[str, float], label: str = "data_curation") -> Iterator[None]:
+    """Time one pipeline phase into `seconds` and say it on stderr (metrics only: wall times never
+    enter artifact files)."""
+    start = time.perf_counter()
+    yield
+    seconds[phase] = round(time.perf_counter() - start, 3)
+    print(f"{label}: {phase:<16} {seconds[phase]:6.2f} s", file=sys.stderr)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -87,27 +87,34 @@ def split_grouped(
     """
     ratios = check_ratios(ratios)
     assigned = [split_of(id_of(item), ratios, seed) for item in items]
-    report = SplitReport(by_hash=_count(assigned))
+    homes, report = repair_groups(assigned, [group_of(item) for item in items])
+    splits: dict[str, list[T]] = {split: [] for split in SPLITS}
+    for item, home in zip(items, homes):
+        splits[home].append(item)
+    return splits, report
 
-    members: dict[str, Counter[str]] = defaultdict(Counter)
-    for item, split in zip(items, assigned):
-        members[group_of(item)][split] += 1
+
+def repair_groups(assigned: Sequence[str], groups: Sequence[Hashable]) -> tuple[list[str], SplitReport]:
+    """Each item's final split, given its split by hash and its group: every group that landed in
+    several splits moves wholly to the one holding most of it (ties: the more held-out split).
+
+    Needs only a split and a group key per item, so a driver can run it on signatures (hashes of the
+    groups) without the items themselves (`data_prep.stages.conversations`).
+    """
+    report = SplitReport(by_hash=_count(assigned))
+    members: dict[Hashable, Counter[str]] = defaultdict(Counter)
+    for group, split in zip(groups, assigned, strict=True):
+        members[group][split] += 1
     home = {
         group: max(counts, key=lambda split: (counts[split], HELD_OUT_RANK[split]))
         for group, counts in members.items()
     }
     report.groups_repaired = sum(1 for counts in members.values() if len(counts) > 1)
-
-    moved: Counter[str] = Counter()
-    splits: dict[str, list[T]] = {split: [] for split in SPLITS}
-    for item, split in zip(items, assigned):
-        target = home[group_of(item)]
-        if target != split:
-            moved[f"{split}->{target}"] += 1
-        splits[target].append(item)
+    homes = [home[group] for group in groups]
+    moved = Counter(f"{split}->{target}" for split, target in zip(assigned, homes) if split != target)
     report.moved = dict(sorted(moved.items()))
-    report.final = {split: len(splits[split]) for split in SPLITS}
-    return splits, report
+    report.final = _count(homes)
+    return homes, report
 
 
 def _count(assigned: list[str]) -> dict[str, int]:

@@ -5,6 +5,7 @@
     records -> chats     chat_records.RecordsToChatStage  post-training records in a chat template (SFT)
     filter + split       filter_split.FilterSplitStage  per document, from its text and its id
     dedup (two passes)   dedup.SignatureStage -> dedup.resolve_signatures (driver) -> dedup.DecisionStage
+    SFT chats (two)      conversations.ConversationSignatureStage -> resolve_conversations (driver) -> DecisionStage
     tokenize-and-write   write.TokenizeWriteStage   one shard per split, any format of `formats/`
     finalize (driver)    finalize.finalize          receipts -> statistics, data_paths.json, blend.json
 

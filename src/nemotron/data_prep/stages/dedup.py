@@ -166,13 +166,19 @@ def resolve_signatures(run: StagePlan, blend: DataBlend, folder: Path, *, limit:
             for position in take["extra"]:
                 i, row = pools[(split, source)][position]
                 decisions[i]["copies"][row] += 1
+    resolution.fingerprint = write_decisions(run, decisions, folder)
+    return resolution
+
+
+def write_decisions(run: StagePlan, decisions: list[np.ndarray], folder: Path) -> str:
+    """Write one `decisions/<item>.npy` per work item; returns the sha256 over all of them (it goes into
+    the run hash of the pass that applies them, so new decisions make new files)."""
     digest = hashlib.sha256()
     for item, decided in zip(run.items, decisions, strict=True):
         with atomic.output_file(folder / f"{item.name}.npy", "wb") as out:
             np.save(out, decided, allow_pickle=False)
         digest.update(decided.tobytes())
-    resolution.fingerprint = digest.hexdigest()
-    return resolution
+    return digest.hexdigest()
 
 
 class DecisionStage(Stage):

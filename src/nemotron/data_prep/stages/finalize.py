@@ -97,6 +97,18 @@ def _has_output(shard: dict, output_format: str) -> bool:
     return any(shard.get(key, 0) > 0 for key in ("rows", "written"))
 
 
+def stage_counts(plan: StagePlan) -> dict[str, int]:
+    """The run's counts per stage ("<stage>/<what>"), summed over its work items' receipts in plan order."""
+    totals: dict[str, int] = {}
+    for item in plan.items:
+        receipt = read_receipt(plan.output_dir, item.name)
+        if receipt is None or receipt.run_hash != plan.run_hash:
+            raise NemotronError(f"run {plan.output_dir}: work item {item.name} has no receipt; re-run to finish it")
+        for key, value in receipt.stats.items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
 def reader_counts(plan: StagePlan) -> dict[str, dict]:
     """Per blend source: the documents read and those the reader skipped (per reason), from the receipts."""
     counts: dict[str, dict] = {}

@@ -10,6 +10,13 @@ whichever way it is read. What a reader leaves out (a record without text) is co
 `mode="chat"` reads chat records (`{"messages": [...]}` lines, or Parquet rows such as the post-training
 pipeline's records) for SFT: a document's text is the record's canonical JSON and its id the record's
 "id", else the sha1 of that JSON; malformed lines are counted.
+
+`mode="conversation"` reads what the nano2 SFT curation gathers, each as the conversation record of
+`conversations.py` (`{"id", "category", "source", "messages"}`, canonical JSON, its id the document's):
+a JSONL pool of OpenAI or ShareGPT chats (`conversations.pool_conversation`; an id-less record is
+"<file>:<n>", n the 0-based line), the chatterbot corpus (`conversations.chatterbot_pool`), and
+Parquet files of post-training records (`chat.records.CONVERTERS[template]`); what cannot become a
+conversation is counted by reason, as the whole-file readers count it.
 """
 
 from __future__ import annotations
@@ -31,13 +38,16 @@ BATCH_DOCUMENTS = 512
 class ReadStage(Stage):
     name = "read"
 
-    def __init__(self, mode: str = "text"):
-        if mode not in ("text", "chat"):
-            raise NemotronError(f"ReadStage mode={mode!r}; use 'text' or 'chat'")
-        self.mode = mode
+    def __init__(self, mode: str = "text", template: str = "nano2"):
+        """`template` (conversation mode): the chat template post-training records are converted for."""
+        if mode not in ("text", "chat", "conversation"):
+            raise NemotronError(f"ReadStage mode={mode!r}; use 'text', 'chat' or 'conversation'")
+        if template not in ("nano2", "nano3"):  # chat.records.CONVERTERS, without importing it here
+            raise NemotronError(f"ReadStage template={template!r}; use 'nano2' or 'nano3'")
+        self.mode, self.template = mode, template
 
     def fingerprint(self) -> dict:
-        return {"mode": self.mode}
+        return {"mode": self.mode, "template": self.template} if self.mode == "conversation" else {"mode": self.mode}
 
     def process(self, context: ItemContext, records: Iterator) -> Iterator[list[Document]]:
         item, batch = context.item, []
@@ -77,6 +87,15 @@ class ReadStage(Stage):
         from nemotron.data_prep.transforms import _parse_line
 
         record, problem = _parse_line(line)
+        if self.mode == "conversation":
+            from nemotron.data_prep.conversations import MALFORMED, pool_conversation
+
+            conversation, problem = (None, MALFORMED) if problem is not None else pool_conversation(
+                record, item.file, number - 1)
+            if conversation is None:
+                skipped[problem] += 1
+                return None
+            return _conversation_document(conversation, item)
         if self.mode == "chat":
             if problem is not None:
                 skipped["malformed"] += 1
@@ -92,6 +111,16 @@ class ReadStage(Stage):
         item, skipped = context.item, Counter()
         with storage.open_read(item.path) as stream:
             table = pq.ParquetFile(stream).read_row_groups(list(range(item.start, item.end)))
+        if self.mode == "conversation":  # post-training records, converted for the template
+            from nemotron.data_prep.chat.records import CONVERTERS, Inexpressible
+
+            for record in table.to_pylist():
+                try:
+                    yield _conversation_document(CONVERTERS[self.template](record), item)
+                except Inexpressible as why:
+                    skipped[why.reason] += 1
+            self._count_skipped(context, skipped)
+            return
         if self.mode == "chat":  # each row a chat record (e.g. the post-training pipeline's selected.parquet)
             for record in table.to_pylist():
                 yield _chat_document(record, item.source)
@@ -123,7 +152,14 @@ class ReadStage(Stage):
 
     def _builtin(self, context: ItemContext) -> Iterator[Document]:
         item = context.item
-        if self.mode == "chat":
+        if self.mode == "conversation" and item.path == "chatterbot":
+            from nemotron.data_prep.conversations import chatterbot_pool
+
+            conversations, skipped = chatterbot_pool()
+            self._count_skipped(context, skipped)
+            yield from (_conversation_document(conversation, item) for conversation in conversations)
+            return
+        if self.mode in ("chat", "conversation"):
             from nemotron.data_prep.conversations import chatterbot_pool
 
             if item.path != "chatterbot":
@@ -162,3 +198,12 @@ def _document(record: dict, item, fallback_id: str, skipped: Counter) -> Documen
         return None
     doc_id = str(record["id"]) if record.get("id") is not None else fallback_id
     return Document(doc_id, text, item.source)
+
+
+def _conversation_document(conversation: dict, item) -> Document:
+    """A conversation record as a Document: its canonical JSON (what `write_conversations` writes)."""
+    from nemotron.data_prep.conversations import FIELDS
+    from nemotron.data_prep.transforms import _canonical_json
+
+    text = _canonical_json({name: conversation[name] for name in FIELDS}, where=f"{item.path}: {conversation['id']}")
+    return Document(conversation["id"], text, item.source)

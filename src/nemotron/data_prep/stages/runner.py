@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,16 @@ def run_pending(plan: StagePlan, executor: str = "local", workers: int | None = 
     executor = executor if pending else "local"  # checking receipts needs no cluster
     workers = workers or os.cpu_count() or 1
     return run_stages(plan, executor=executor, workers=max(1, min(workers, len(pending))))
+
+
+def remove_other_runs(plans: list[StagePlan]) -> None:
+    """Delete the runs other inputs left beside these (sibling folders holding a plan.json): a folder
+    re-used with new data keeps only what its current runs made."""
+    for plan in plans:
+        current = Path(plan.output_dir)
+        for folder in current.parent.iterdir():
+            if folder != current and (folder / "plan.json").is_file():
+                shutil.rmtree(folder)
 
 
 def _report_to_tracker(plan: StagePlan, counts: dict[str, int], statuses: dict[str, str], executor: str) -> None:

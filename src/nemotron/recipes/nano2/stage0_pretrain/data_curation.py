@@ -53,7 +53,6 @@ import random
 import shutil
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -70,6 +69,7 @@ from nemotron.cli import run
 from nemotron.data_prep.blend import DataBlend, default_pretrain_blend
 from nemotron.data_prep.chat.templates import ChatTemplateName, chat_template_named
 from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
+from nemotron.data_prep.progress import timed
 from nemotron.data_prep.receipts import (
     is_done,
     make_receipt,
@@ -296,15 +296,6 @@ def check_config(config: Config, vocab_size: int) -> None:
     if vocab_size < MIN_VOCAB_SIZE:
         raise NemotronError(f"--vocab-size {vocab_size} is too small: a byte-level BPE needs at least "
                             f"{MIN_VOCAB_SIZE} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)")
-
-
-@contextmanager
-def timed(phase: str, seconds: dict[str, float]):
-    """Time one pipeline phase into `seconds` (metrics only: wall times never enter artifact files)."""
-    start = time.perf_counter()
-    yield
-    seconds[phase] = round(time.perf_counter() - start, 3)
-    print(f"data_curation: {phase:<16} {seconds[phase]:6.2f} s", file=sys.stderr)
 
 
 def make_synthetic(config: Config, out: Path) -> SyntheticDataset | None:

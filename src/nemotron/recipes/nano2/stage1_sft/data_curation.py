@@ -2,24 +2,32 @@
 
 Supervised fine-tuning teaches a pretrained model the chat format: answer a user turn, then stop.
 This step turns raw chats into exactly what the SFT trainer reads, and keeps the held-out questions
-that stage-1 evaluation and stage-2 preference data need. In order:
+that stage-1 evaluation and stage-2 preference data need. It reads like stage 0's curation, in three
+phases, and no process holds the corpus (docs/data-prep.md): the driver keeps hashes and counts.
 
-1. Gather conversations: the offline chatterbot corpus (~2,000 chats, 21 categories) plus any extra
-   JSONL pools (`--extra-pool-path a.jsonl b.jsonl`, OpenAI `messages` or ShareGPT `conversations`
-   format, normalized by `nemotron.data_prep.transforms`), and a post-training selection
-   (`--selected-path selected.parquet`, records with tool calls counted and skipped). Scale caps how
-   many are read (tiny: 10,000, which covers chatterbot whole; for this corpus scale governs steps and
-   model size, not data).
-2. Validate (known roles, non-blank turns, user first, assistant last) and exact-dedup; chatterbot
-   repeats many Q/A pairs verbatim, so dedup removes more than half of it. Rejects are counted by reason.
-3. Split train/valid/test by a seeded hash of each conversation id, then move every question (the
-   normalized first user message) that landed in several splits wholly into one, so no valid or test
-   question is ever trained on (`nemotron.data_prep.splits`; the moves are counted in metrics).
-4. Tokenize with the stage-0 tokenizer in the nano2 chat format (ChatML-like) with a loss mask that
-   covers assistant tokens and their `<|im_end|>` only (`nemotron.data_prep.chat.nano2`). A
-   tokenizer without the chat markers or the nano2 template is refused.
-5. Pack train and valid into packed Parquet (first-fit-decreasing; Krell et al., 2021), the format
-   Megatron-Bridge reads (`nemotron.data_prep.packing`). Test stays as conversations for evaluation.
+1. setup: the stage-0 checkpoint and its tokenizer; the sources as work items (`plan_work_items`):
+   the offline chatterbot corpus (~2,000 chats, 21 categories), extra JSONL pools
+   (`--extra-pool-path a.jsonl b.jsonl`, OpenAI `messages` or ShareGPT `conversations` records,
+   normalized by `nemotron.data_prep.transforms`; an id-less record is "<file>:<0-based line>") and a
+   post-training selection (`--selected-path selected.parquet`, records with tool calls counted and
+   skipped). What a reader cannot make a conversation of is counted per source and reason.
+2. stages (`data_prep.stages`), two visible lists over those work items:
+   signatures: read -> per conversation, its validation verdict (known roles, non-blank turns, user
+   first, assistant last), exact-dedup hash, question hash and split by a seeded hash of its id; then
+   the driver, from signatures alone (`stages.conversations.resolve_conversations`): scale cap (the
+   first 10,000 read at tiny, all of chatterbot) -> validation (rejects counted by reason) -> exact
+   dedup (chatterbot repeats many Q/A pairs verbatim: more than half of it goes) -> the grouped split:
+   every question (normalized first user message) that landed in several splits moves wholly into one,
+   so no valid or test question is ever trained on (`splits.repair_groups`; moves counted);
+   write: read -> drop by those decisions -> each split's conversations JSONL -> train and valid
+   tokenized in the nano2 chat format (loss on assistant tokens and their `<|im_end|>` only) and packed
+   per work item into packed Parquet (first-fit-decreasing; Krell et al., 2021).
+3. finalize: each split's per-item files joined in plan order into the one file per split that the
+   SFT trainer and the Megatron-Bridge hand-off read; counts from the receipts; an `SFTDataset`.
+
+A tokenizer without the chat markers or the nano2 template is refused. A re-run re-uses every work item
+whose receipt holds. Rows are packed per work item (a source file, or 64 MB of one); at tiny chatterbot
+is one item, so the bytes are those of packing the split whole.
 
 Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Output: an `SFTDataset`
 (tokenizer copy, packed train/valid Parquet, train/valid/test conversation JSONL).
@@ -32,31 +40,32 @@ Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Out
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from tqdm import tqdm
-
 from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished, source_ref
+from nemotron.artifact import ArtifactRef, apply_scale, mark_unfinished, source_ref
+from nemotron.artifact.fields import execution
 from nemotron.cli import run
-from nemotron.data_prep.chat.nano2 import tokenize_conversation
-from nemotron.data_prep.chat.records import selected_conversations
-from nemotron.data_prep.conversations import (
-    chatterbot_folder,
-    chatterbot_pool,
-    check_chat_tokenizer,
-    dedup_conversations,
-    filter_conversations,
-    load_chat_pool,
-    question_key,
-    write_conversations,
+from nemotron.data_prep.blend import DataBlend
+from nemotron.data_prep.conversations import chatterbot_folder, check_chat_tokenizer
+from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
+from nemotron.data_prep.progress import timed
+from nemotron.data_prep.splits import SPLITS, check_ratios
+from nemotron.data_prep.stages import ReadStage, TokenizeWriteStage, plan_stages, run_pending
+from nemotron.data_prep.stages.conversations import (
+    ConversationSignatureStage,
+    check_splits_filled,
+    join_split_files,
+    packing_stats,
+    plan_conversation_items,
+    resolve_conversations,
 )
-from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
-from nemotron.data_prep.splits import SPLITS, split_grouped
+from nemotron.data_prep.stages.dedup import DecisionStage
+from nemotron.data_prep.stages.finalize import reader_counts, stage_counts
+from nemotron.data_prep.stages.runner import StagePlan, remove_other_runs
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.models.loading import ModelLimits, check_fits
@@ -99,13 +108,17 @@ class Config:
     """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the split hash."""
-
-
+    workers: int | None = execution(None)
+    """Processes for the stage lists' work items (the files are the same bytes for any number); default: 1
+    at tiny, where chatterbot is one work item, else one per CPU core."""
 
 
 def main(config: Config) -> SFTDataset:
-    # --- setup: the stage-0 checkpoint and its tokenizer ---
+    seconds: dict[str, float] = {}
+    # --- setup: the stage-0 checkpoint and its tokenizer, the sources as work items ---
+    limit = apply_scale(FULL_CONVERSATIONS, config.scale)  # also rejects an unknown scale
     pack_size = config.pack_size or PACK_SIZES[config.scale]
+    ratios = check_ratios(config.split_ratios)
     if config.pretrain_dataset_path is not None:
         # At scale the stage-0 model is still to be trained on the cluster; its tokenizer is the one the
         # stage-0 data was made with. The model's context is checked when Megatron-Bridge builds it.
@@ -124,57 +137,44 @@ def main(config: Config) -> SFTDataset:
                    fix="the folder mixes a tokenizer and a model that do not belong together")
         check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
                    fix=f"pass --pack-size {limits.context} or smaller")
+    blend, sources = chat_sources(config)
+    items, input_fingerprint = plan_conversation_items(blend, [ref.digest for ref in sources], WORK_ITEM_BYTES)
+    out = config.output_dir
 
-    # --- data: gather the pools ---
-    pools, source_skipped, sources = [], {}, []
-    if config.use_chatterbot:
-        pool, source_skipped["chatterbot"] = chatterbot_pool()
-        pools.append(("chatterbot", pool))
-        sources.append(source_ref(chatterbot_folder()))
-    for path in config.extra_pool_path:
-        pool, source_skipped[path.name] = load_chat_pool(path)
-        pools.append((path.name, pool))
-        sources.append(source_ref(path))
-    if config.selected_path is not None:
-        pool, source_skipped["selected"] = selected_conversations(config.selected_path)
-        pools.append(("selected", pool))
-        sources.append(source_ref(config.selected_path))
-    if not pools:
-        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl "
-                            "or --selected-path")
-    gathered = [conversation for _, pool in pools for conversation in pool]
-    conversations = gathered[: apply_scale(FULL_CONVERSATIONS, config.scale)]
-    scale_limit_dropped = len(gathered) - len(conversations)
+    # --- stages, pass 1: read -> signatures; the driver: scale cap, validation, dedup, grouped split ---
+    with timed("signatures", seconds):
+        signatures = plan_stages(items, input_fingerprint, [
+            ReadStage(mode="conversation"),  # chatterbot, JSONL pools, selected records -> conversations
+            ConversationSignatureStage(ratios, config.seed),  # validity, exact hash, question hash, split
+        ], out / "curation")
+        run_here(signatures, config)
+    with timed("resolve", seconds):
+        resolution = resolve_conversations(signatures, out / "curation" / "decisions", limit=limit)
+        check_splits_filled(resolution, config.split_ratios)
 
-    # --- curation: validate, dedup, split without question leaks ---
-    conversations, rejects = filter_conversations(conversations)
-    conversations, duplicates = dedup_conversations(conversations)
-    splits, split_report = split_grouped(
-        conversations, id_of=lambda c: c["id"], group_of=question_key, ratios=config.split_ratios, seed=config.seed
-    )
-    for split in SPLITS:
-        if not splits[split]:
-            raise NemotronError(
-                f"the {split} split is empty ({len(conversations)} conversations after curation, ratios "
-                f"{list(config.split_ratios)}); add data or raise its share in --split-ratios"
-            )
+    # --- stages, pass 2: read -> decisions -> conversations JSONL (all splits) -> packed Parquet ---
+    out = mark_unfinished(out)  # a failed re-run must not leave an artifact over mixed files
+    save_tokenizer(tokenizer, out / "tokenizer")  # the dataset's own copy; the writers ship it, not the model
+    packing = {"pack_size": pack_size, "overflow": config.overflow, "seed": config.seed, "chat_template": "nano2"}
+    with timed("write", seconds):
+        splits = plan_stages(items, input_fingerprint, [
+            ReadStage(mode="conversation"),
+            DecisionStage(resolution),  # drops by the decisions (counted per reason), gives each its split
+            TokenizeWriteStage("jsonl", None, record="chat", pass_on=True, name="conversations"),
+            TokenizeWriteStage("packed_parquet", out / "tokenizer", packing, record="chat", splits=("train", "valid")),
+        ], out / "splits")
+        run_here(splits, config)
 
-    # --- tokenize and pack ---
-    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
-    packing = PackingConfig(pack_size=pack_size, overflow=config.overflow, seed=config.seed)
-    packed_stats = {}
-    for split in ("train", "valid"):
-        tokenized = [
-            tokenize_conversation(tokenizer, c["messages"], "assistant", conversation_id=c["id"])
-            for c in tqdm(splits[split], desc=f"tokenizing {split}", unit="chat", file=sys.stderr, delay=2.0)
-        ]
-        packed_stats[split] = pack_to_parquet(tokenized, out / f"{split}_packed.parquet", packing, show_progress=False)
-
-    # --- write ---
-    for split in SPLITS:
-        write_conversations(splits[split], out / f"{split}_conversations.jsonl")
-    save_tokenizer(tokenizer, out / "tokenizer")
-    train_stats = packed_stats["train"]
+    # --- finalize: one file per split, counts from the receipts, the artifact ---
+    with timed("finalize", seconds):
+        for split in SPLITS:
+            join_split_files(splits, split, ".jsonl", out / f"{split}_conversations.jsonl")
+        packed = {split: join_split_files(splits, split, ".parquet", out / f"{split}_packed.parquet")
+                  for split in ("train", "valid")}
+        counts = stage_counts(splits)
+        stats = {split: packing_stats(path, counts, f"write/{split}/", pack_size) for split, path in packed.items()}
+        remove_other_runs([signatures, splits])
+    read = reader_counts(signatures)
     return SFTDataset(
         path=out,
         config=asdict(config),
@@ -188,28 +188,57 @@ def main(config: Config) -> SFTDataset:
         valid_conversations=out / "valid_conversations.jsonl",
         test_conversations=out / "test_conversations.jsonl",
         pack_size=pack_size,
-        num_train_conversations=len(splits["train"]),
-        num_valid_conversations=len(splits["valid"]),
-        num_test_conversations=len(splits["test"]),
-        num_train_rows=train_stats.rows,
+        num_train_conversations=counts.get("conversations/train/written", 0),
+        num_valid_conversations=counts.get("conversations/valid/written", 0),
+        num_test_conversations=counts.get("conversations/test/written", 0),
+        num_train_rows=stats["train"].rows,
         vocab_size=len(tokenizer),
         metrics={
-            "conversations_read": {name: len(pool) for name, pool in pools},
-            "source_skipped": {name: dict(sorted(counts.items())) for name, counts in source_skipped.items()},
-            "scale_limit_dropped": scale_limit_dropped,
-            "rejected_by_reason": dict(sorted(rejects.items())),
-            "rejected_total": sum(rejects.values()),
-            "exact_duplicates": duplicates,
-            **split_report.as_metrics(),
-            "train_packing": train_stats.as_metrics(),
-            "valid_packing": packed_stats["valid"].as_metrics(),
-            "packing_utilisation": train_stats.utilisation,
-            "overflow_truncated": train_stats.truncated + packed_stats["valid"].truncated,
-            "overflow_dropped": train_stats.dropped + packed_stats["valid"].dropped,
-            "train_loss_tokens": train_stats.loss_tokens,
+            "conversations_read": {name: c["read"] for name, c in read.items()},
+            "source_skipped": {name: c["skipped"] for name, c in read.items()},
+            "scale_limit_dropped": resolution.scale_limit_dropped,
+            "rejected_by_reason": resolution.rejected_by_reason,
+            "rejected_total": sum(resolution.rejected_by_reason.values()),
+            "exact_duplicates": resolution.exact_duplicates,
+            **resolution.split.as_metrics(),
+            "train_packing": stats["train"].as_metrics(),
+            "valid_packing": stats["valid"].as_metrics(),
+            "packing_utilisation": stats["train"].utilisation,
+            "overflow_truncated": stats["train"].truncated + stats["valid"].truncated,
+            "overflow_dropped": stats["train"].dropped + stats["valid"].dropped,
+            "train_loss_tokens": stats["train"].loss_tokens,
+            "seconds_by_phase": seconds,
             "wall_seconds": time.perf_counter() - started,
         },
     ).save()
+
+
+def chat_sources(config: Config) -> tuple[DataBlend, list[ArtifactRef]]:
+    """The chat sources as a blend (one entry each, in the order they are gathered) and their lineage."""
+    entries, sources = [], []
+    if config.use_chatterbot:
+        entries.append({"path": "chatterbot", "name": "chatterbot"})
+        sources.append(source_ref(chatterbot_folder()))
+    for path in config.extra_pool_path:
+        if not Path(path).is_file():
+            raise NemotronError(f"JSONL file not found: {path}; check the path")
+        entries.append({"path": str(Path(path).resolve()), "name": Path(path).name})
+        sources.append(source_ref(path))
+    if config.selected_path is not None:
+        if not Path(config.selected_path).exists():
+            raise NemotronError(f"{config.selected_path}: no selected records (Parquet); pass the selected.parquet "
+                                "of the post-training pipeline's embed_select or score step")
+        entries.append({"path": str(Path(config.selected_path).resolve()), "name": "selected"})
+        sources.append(source_ref(config.selected_path))
+    if not entries:
+        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl "
+                            "or --selected-path")
+    return DataBlend.from_dict({"sources": entries}, where="chat sources"), sources
+
+
+def run_here(plan: StagePlan, config: Config) -> dict[str, str]:
+    """Work items in this process at tiny (a spawned worker imports for ~2 s), else a pool of --workers."""
+    return run_pending(plan, "local", config.workers or (1 if config.scale == "tiny" else None))
 
 
 def save_tokenizer(tokenizer, folder: Path) -> None:
