@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 from nemotron.data_prep.chat.nano3 import THINK_OFF, nano3_pieces
 from nemotron.data_prep.chat.pieces import ANSWER, PROMPT, REASONING, Piece, encode_pieces
-from nemotron.data_prep.post_training.schema import read_records
 from nemotron.data_prep.tokenizer import IM_END_TOKEN
 from nemotron.errors import NemotronError
 
@@ -202,6 +201,8 @@ CONVERTERS = {"nano2": record_to_nano2, "nano3": record_to_nano3}
 def selected_conversations(path: Path, template: str = "nano2") -> tuple[list[dict[str, Any]], Counter]:
     """Conversations of a selected-records Parquet file (or a folder of them) in `template`'s form,
     and the records it cannot express, by reason."""
+    from nemotron.data_prep.post_training.schema import read_records  # pyarrow: only where records are read
+
     if template not in CONVERTERS:
         raise NemotronError(f"no record converter for chat template {template!r}; use one of {', '.join(CONVERTERS)}")
     path = Path(path)
