@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from runs import (  # noqa: F401  (session fixtures: each made once per pytest run; see runs.py)
+    RECIPE_RUNS,
     nano2_run,
     nano3_run,
     nano3_two_plays,
+    start_recipe_runs,
     tiny_base_checkpoint,
     tiny_sft_dataset,
 )
@@ -26,15 +28,30 @@ PYTHON = sys.executable
 
 
 def pytest_collection_modifyitems(items):
-    """Cheap checks first: modules whose every test is slow (whole recipes, servers, torchrun) run last.
+    """Cheap checks first: modules whose every test is slow (servers, torchrun) run after the rest, and the
+    modules that read a whole recipe run (`nano2_run`, `nano3_run`) run last, so their background runs
+    (runs.py) have the whole suite's idle cycles to finish in.
 
     Whole modules move, never single tests, so a module's fixtures are still made once; the order inside
     a module and among the moved modules stays as written (alphabetical by file)."""
     all_slow: dict[object, bool] = {}
+    reads_a_recipe: dict[object, bool] = {}
     for item in items:
         module = getattr(item, "module", None)
         all_slow[module] = all_slow.get(module, True) and item.get_closest_marker("slow") is not None
-    items.sort(key=lambda item: all_slow[getattr(item, "module", None)])  # sort is stable
+        reads_a_recipe[module] = reads_a_recipe.get(module, False) or bool(
+            {"nano2_run", "nano3_run"} & set(getattr(item, "fixturenames", ())))
+    items.sort(key=lambda item: (all_slow[getattr(item, "module", None)],
+                                 reads_a_recipe[getattr(item, "module", None)]))  # sort is stable
+
+
+def pytest_collection_finish(session):
+    """Start the whole recipe runs the selected tests read, in the background (runs.py)."""
+    start_recipe_runs(session.items, session.config._tmp_path_factory)
+
+
+def pytest_sessionfinish(session):
+    RECIPE_RUNS.stop()
 
 
 @pytest.fixture(autouse=True)

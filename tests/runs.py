@@ -2,9 +2,12 @@
 
 Whole recipes:
 
-A whole tiny recipe takes minutes on 2 cores (nano2 about 2.5, nano3 about 5), so the suite runs each at
-most once: the fixtures below are session-scoped and start only when the first test that asks for them
-runs (conftest.py sorts the all-slow modules last, so cheap checks report first).
+A whole tiny recipe takes minutes on 2 cores (nano2 about 1.5, nano3 about 3), so the suite runs each at
+most once. The runs start in the background as soon as collection ends (`start_recipe_runs`, called by
+conftest.py for the recipes the selected tests need), one after another and at a lower CPU priority
+(`nice`), so they use the cycles the rest of the suite leaves idle (most tests keep one core busy, not
+two); their tests run last (conftest.py's order) and wait for them. Niceness changes only when a run gets
+the CPU, not what it computes: the same command, thread count and bytes as in the foreground.
 
     def test_something(nano2_run):          # or nano3_run
         nano2_run.out                       # the --output-dir folder, as the user would have it
@@ -28,7 +31,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,24 +93,91 @@ class RecipeRun:
         return self.first.artifacts()
 
 
-def run_recipe(recipe: str, out: Path) -> RecipeRun:
-    first = run(recipe_command(recipe, out), cwd=out, timeout=1800)
-    if first.returncode != 0:
-        pytest.fail(f"the {recipe} recipe failed (exit {first.returncode}):\n{first.stderr[-3000:]}")
-    report = out / "report" / "report.md"
-    return RecipeRun(out=out, first=first, report_text=report.read_text() if report.exists() else "")
+RECIPES = ("nano2", "nano3")  # the whole runs below, in the order the background starts them
+NICENESS = 10  # CFS weight 110 against the suite's 1024: the runs take what the tests leave idle
+
+
+class RecipeRuns:
+    """The session's whole recipe runs, made one after another in a background thread.
+
+    `start` is called once collection knows which runs the selected tests need; `get` waits for one (and
+    makes it in the foreground, at normal priority, if it was never started). Each run is the user's
+    command in its own subprocess; the thread only waits on it. `stop` kills what is still running when
+    the session ends early (a failure with -x, Ctrl-C), so no recipe outlives the suite."""
+
+    def __init__(self):
+        self.results: dict[str, Future] = {}
+        self.processes: list[subprocess.Popen] = []
+        self.stopped = False
+
+    def start(self, recipes: list[str], folders: dict[str, Path]) -> None:
+        for recipe in recipes:
+            self.results[recipe] = Future()
+        thread = threading.Thread(target=self._make_all, args=(recipes, folders), daemon=True,
+                                  name="recipe-runs")
+        thread.start()
+
+    def _make_all(self, recipes: list[str], folders: dict[str, Path]) -> None:
+        for recipe in recipes:
+            try:
+                self.results[recipe].set_result(self._make(recipe, folders[recipe], NICENESS))
+            except BaseException as error:  # reported to the test that asks for this run
+                self.results[recipe].set_exception(error)
+
+    def _make(self, recipe: str, out: Path, niceness: int) -> RecipeRun:
+        started = time.perf_counter()
+        if self.stopped:
+            raise RuntimeError("the test session ended before this run started")
+        process = subprocess.Popen(
+            recipe_command(recipe, out), cwd=out, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, preexec_fn=(lambda: os.nice(niceness)) if niceness else None,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+        self.processes.append(process)
+        try:
+            stdout, stderr = process.communicate(timeout=1800)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        first = Run(process.returncode, stdout, stderr, time.perf_counter() - started)
+        report = out / "report" / "report.md"
+        return RecipeRun(out=out, first=first, report_text=report.read_text() if report.exists() else "")
+
+    def get(self, recipe: str, tmp_path_factory) -> RecipeRun:
+        if recipe in self.results:
+            made = self.results[recipe].result()
+        else:  # not started with the session (a plugin or hook missing): made here, in the foreground
+            made = self._make(recipe, tmp_path_factory.mktemp(f"{recipe}_run"), 0)
+        if made.first.returncode != 0:
+            pytest.fail(f"the {recipe} recipe failed (exit {made.first.returncode}):\n{made.first.stderr[-3000:]}")
+        return made
+
+    def stop(self) -> None:
+        self.stopped = True
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+
+
+RECIPE_RUNS = RecipeRuns()
+
+
+def start_recipe_runs(items, tmp_path_factory) -> None:
+    """Start, in the background, the whole runs that the selected test items ask for (none for test-fast)."""
+    needed = [recipe for recipe in RECIPES if any(f"{recipe}_run" in item.fixturenames for item in items)]
+    if needed:
+        RECIPE_RUNS.start(needed, {recipe: tmp_path_factory.mktemp(f"{recipe}_run") for recipe in needed})
 
 
 @pytest.fixture(scope="session")
 def nano2_run(tmp_path_factory) -> RecipeRun:
     """`python -m nemotron.recipes.nano2 --scale tiny`, run once per session (nine steps, three stages)."""
-    return run_recipe("nano2", tmp_path_factory.mktemp("nano2_run"))
+    return RECIPE_RUNS.get("nano2", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def nano3_run(tmp_path_factory) -> RecipeRun:
     """`python -m nemotron.recipes.nano3 --scale tiny`, run once per session (pretrain, SFT, GRPO)."""
-    return run_recipe("nano3", tmp_path_factory.mktemp("nano3_run"))
+    return RECIPE_RUNS.get("nano3", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
