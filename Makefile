@@ -1,7 +1,8 @@
 # make setup  creates .venv and installs nemotron with everything its recipes and tests use
 # make demo   runs the nano2 recipe end to end at tiny scale (CPU, offline, minutes)
-# make test   runs the whole test suite (CPU, offline): what CI runs
+# make test   runs the whole test suite (CPU, offline) but the benchmarks' quick runs: what CI runs first
 # make test-fast  the same without the tests marked slow (subprocesses, torchrun, whole recipes)
+# make bench-check  runs every benchmarks/*.py in its --quick mode (tests marked bench): CI runs it next
 # make lint       runs ruff (rules and line length in pyproject.toml): what CI runs after the tests
 # make browser    installs Debian's chromium + chromium-driver (apt) for the chat-page test (CI runs it)
 
@@ -13,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint browser clean
+.PHONY: setup demo test test-fast bench-check lint browser clean
 
 setup: $(STAMP)
 
@@ -33,10 +34,13 @@ demo: $(STAMP)
 	$(PY) -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not bench"
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not bench"
+
+bench-check: $(STAMP)
+	$(PY) -m pytest -q -m bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts

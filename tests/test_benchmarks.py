@@ -7,6 +7,11 @@ one is covered without touching this file) and must:
 - import library code only: never a test module, never a path put on sys.path by hand;
 - in `--quick`, exit 0 and end its stdout with the figure it measures (a line holding a number).
 No timings are asserted: on a shared machine they measure the neighbours.
+
+The quick runs (about 3 minutes for the 23 scripts, most of it each process's imports) are marked
+`bench`: `make bench-check` runs them and `.ci/run` runs it after `make test`, so no benchmark lands
+broken, while `make test` stays a suite a contributor runs before every commit. The static checks above
+them run in every tier.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ def last_figure(stdout: str) -> float | None:
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # `make bench-check` and CI run these; `make test` leaves them out (README, "Tests")
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda path: path.name)
 def test_quick_mode_runs_and_ends_with_its_figure(script, tmp_path):
     done = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, capture_output=True, text=True,
