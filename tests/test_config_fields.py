@@ -17,6 +17,7 @@ import pytest
 
 from nemotron.artifact.digest import without_locations
 from nemotron.artifact.fields import BOOKKEEPING, EXECUTION, EXECUTION_KEYS, bookkeeping, execution, role
+from nemotron.data_prep.settings import CurationSettings, SFTCurationSettings
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.training.run import run_settings
 from nemotron.training.settings import TrainingSettings
@@ -27,6 +28,11 @@ TRAINING_STEPS = [
     "nemotron.recipes.nano2.stage2_alignment.training", "nemotron.recipes.nano3.stage0_pretrain.training",
     "nemotron.recipes.nano3.stage1_sft.training", "nemotron.recipes.nano3.stage2_rl.training",
 ]
+CURATION_STEPS = [
+    "nemotron.recipes.nano2.stage0_pretrain.data_curation", "nemotron.recipes.nano2.stage2_alignment.data_curation",
+    *(f"nemotron.recipes.post_training_data.{step}" for step in ("normalize", "pools", "score", "embed_select")),
+]
+SFT_CURATION_STEPS = [f"nemotron.recipes.{recipe}.stage1_sft.data_curation" for recipe in ("nano2", "nano3")]
 
 
 def class_fields(path: Path):
@@ -41,7 +47,7 @@ def class_fields(path: Path):
                 yield node.name, item.target.id, marker
 
 
-SETTINGS = [SRC / "training" / "settings.py", SRC / "evaluation" / "settings.py"]  # the bases steps inherit
+SETTINGS = [SRC / layer / "settings.py" for layer in ("data_prep", "training", "evaluation")]  # the bases steps inherit
 
 
 @pytest.mark.parametrize("path", sorted((SRC / "recipes").rglob("*.py")) + SETTINGS,
@@ -55,7 +61,9 @@ def test_execution_fields_are_declared_as_such_and_known_to_the_digest(path):
 
 
 @pytest.mark.parametrize(("module", "settings"), [(m, TrainingSettings) for m in TRAINING_STEPS]
-                         + [(m.replace(".training", ".evaluation"), EvaluationSettings) for m in TRAINING_STEPS])
+                         + [(m.replace(".training", ".evaluation"), EvaluationSettings) for m in TRAINING_STEPS]
+                         + [(m, CurationSettings) for m in CURATION_STEPS]
+                         + [(m, SFTCurationSettings) for m in SFT_CURATION_STEPS])
 def test_a_step_keeps_the_markers_of_the_settings_it_overrides(module, settings):
     config = importlib.import_module(module).Config
     assert issubclass(config, settings), f"{module}: Config does not inherit {settings.__name__}"

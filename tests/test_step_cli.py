@@ -39,9 +39,10 @@ def documented_fields(path: Path, classes: set[str] | None = None) -> tuple[set[
     return documented, missing
 
 
-# The shared settings every training or evaluation Config inherits: a step that only changes a default
-# (with its reason in a comment) keeps the one docstring declared here, which tyro shows.
-SHARED = {name for layer in ("training", "evaluation") for name in documented_fields(SRC / layer / "settings.py")[0]}
+# The shared settings every data-curation, training or evaluation Config inherits: a step that only changes a
+# default (with its reason in a comment) keeps the one docstring declared here, which tyro shows.
+SHARED = {name for layer in ("data_prep", "training", "evaluation")
+          for name in documented_fields(SRC / layer / "settings.py")[0]}
 
 
 def undocumented_fields(path: Path) -> list[str]:

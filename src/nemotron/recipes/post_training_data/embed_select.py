@@ -34,13 +34,14 @@ from nemotron.artifact import atomic_write_text, mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.post_training.schema import read_records, write_records
 from nemotron.data_prep.post_training.selection import embed_text, k_center_greedy, view_report
+from nemotron.data_prep.settings import CurationSettings
 from nemotron.errors import NemotronError
 from nemotron.recipes.post_training_data.artifacts import DiverseSelection, ScoredSelection
 from nemotron.recipes.post_training_data.score import SELECTED
 
 
 @dataclass
-class Config:
+class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
     """Embed the scored selection and keep a diverse subset (greedy k-center)."""
 
     scored_path: Path | None = None
@@ -56,8 +57,6 @@ class Config:
     """Refuse a view where fewer than this share of records have a distinct view."""
     batch_size: int = 32
     output_dir: Path = Path("runs/post_training_data/embed_select")
-    scale: str = "tiny"
-    seed: int = 0
 
 
 def main(config: Config) -> DiverseSelection:

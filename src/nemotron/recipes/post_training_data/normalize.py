@@ -39,6 +39,7 @@ from nemotron.data_prep.post_training.normalize_run import (
     plan_normalize,
     run_units,
 )
+from nemotron.data_prep.settings import CurationSettings
 from nemotron.recipes.post_training_data.artifacts import PostTrainingDataset
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -50,7 +51,7 @@ def demo_sources() -> tuple[str, ...]:
 
 
 @dataclass
-class Config:
+class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
     """Normalize post-training sources into Harmony-rendered Parquet (Hugging Face layout)."""
 
     sources: tuple[str, ...] = ()
@@ -65,8 +66,6 @@ class Config:
     workers: int = execution(1)
     """Worker processes; the output bytes do not depend on it."""
     output_dir: Path = Path("runs/post_training_data/normalize")
-    scale: str = "tiny"
-    seed: int = 0
 
 
 def main(config: Config) -> PostTrainingDataset:

@@ -27,6 +27,7 @@ from nemotron.artifact import apply_scale, atomic_write_text, mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.post_training.pools import load_pool_modules, resolve_pools
 from nemotron.data_prep.post_training.schema import read_records, split_files, write_records
+from nemotron.data_prep.settings import CurationSettings
 from nemotron.errors import NemotronError
 from nemotron.recipes.post_training_data.artifacts import CandidatePools, PostTrainingDataset
 
@@ -34,7 +35,7 @@ FULL_POOL_SIZE = 1_000_000
 
 
 @dataclass
-class Config:
+class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
     """Group normalized records into named candidate pools."""
 
     dataset_path: Path | None = None
@@ -46,8 +47,6 @@ class Config:
     pool_modules: tuple[str, ...] = ()
     """Modules to import first; their @pool predicates become available."""
     output_dir: Path = Path("runs/post_training_data/pools")
-    scale: str = "tiny"
-    seed: int = 0
 
 
 def main(config: Config) -> CandidatePools:

@@ -44,6 +44,7 @@ from nemotron.data_prep.post_training.schema import SCHEMA, read_records, write_
 from nemotron.data_prep.post_training.selection import select_by_score
 from nemotron.data_prep.progress import LiveProgress
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, write_receipt
+from nemotron.data_prep.settings import CurationSettings
 from nemotron.errors import NemotronError
 from nemotron.models.reference import SMOLLM2, reference_identity
 from nemotron.recipes.post_training_data.artifacts import CandidatePools, ScoredSelection
@@ -57,7 +58,7 @@ SELECTED = pa.schema(list(SCHEMA) + [("nll", pa.float64()), ("completion_tokens"
 
 
 @dataclass
-class Config:
+class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
     """Score candidate pools by completion-only NLL under a reference model and select per pool."""
 
     pools_path: Path | None = None
@@ -80,8 +81,6 @@ class Config:
     num_threads: int | None = execution(None)
     """torch threads; default per scale."""
     output_dir: Path = Path("runs/post_training_data/score")
-    scale: str = "tiny"
-    seed: int = 0
 
 
 def main(config: Config) -> ScoredSelection:

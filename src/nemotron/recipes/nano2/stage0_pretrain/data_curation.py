@@ -77,6 +77,7 @@ from nemotron.data_prep.receipts import (
     receipt_path,
     write_receipt,
 )
+from nemotron.data_prep.settings import CurationSettings
 from nemotron.data_prep.sources import read_parquet, write_jsonl
 from nemotron.data_prep.stages import (
     FilterSplitStage,
@@ -135,7 +136,7 @@ class Synthetic:
 
 
 @dataclass
-class Config:
+class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
     """Curate a data blend into a BPE tokenizer and bin/idx shards for pretraining."""
 
     blend_path: Path | None = None
@@ -157,9 +158,6 @@ class Config:
     """Where the tokenization shards run: local (this process, or a pool of --workers processes) or ray
     (each shard a Ray task; RAY_ADDRESS names a cluster, else a local Ray starts). Same bytes either way."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/data_curation")
-    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the blend's weighted draw and shuffle, and the scale cap's choice of documents."""
     synthetic: Synthetic = field(default_factory=Synthetic)

@@ -47,12 +47,12 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import ArtifactRef, apply_scale, mark_unfinished, source_ref
-from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.data_prep.blend import DataBlend
 from nemotron.data_prep.conversations import chatterbot_folder, check_chat_tokenizer
 from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
 from nemotron.data_prep.progress import timed
+from nemotron.data_prep.settings import SFTCurationSettings
 from nemotron.data_prep.splits import SPLITS, check_ratios
 from nemotron.data_prep.stages import ReadStage, TokenizeWriteStage, plan_stages, run_pending
 from nemotron.data_prep.stages.conversations import (
@@ -80,16 +80,9 @@ PACK_SIZES = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
 
 
 @dataclass
-class Config:
+class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_size, workers, output_dir, scale
     """Curate chat conversations into packed SFT data (train/valid) and held-out test chats."""
 
-    checkpoint_path: Path | None = None
-    """A stage-0 PretrainCheckpoint folder; default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `pretraincheckpoint:latest`."""
-    pretrain_dataset_path: Path | None = None
-    """Instead of a checkpoint, at scale: the stage-0 PretrainDataset, whose tokenizer the model will have
-    (the SFT data is made before Megatron-Bridge has trained the stage-0 model)."""
     use_chatterbot: bool = True
     """Include the offline chatterbot corpus."""
     extra_pool_path: tuple[Path, ...] = ()
@@ -98,19 +91,11 @@ class Config:
     """Selected records of the post-training data pipeline (its selected.parquet); tool-using ones are skipped."""
     split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)
     """Shares of train, valid and test (before questions are moved to a single split)."""
-    pack_size: int | None = None
-    """Tokens per packed row; default per scale (tiny 256)."""
     overflow: Literal["truncate", "drop"] = "truncate"
     """What to do with a conversation longer than pack_size."""
     output_dir: Path = Path("runs/nano2/stage1_sft/data_curation")
-    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the split hash."""
-    workers: int | None = execution(None)
-    """Processes for the stage lists' work items (the files are the same bytes for any number); default: 1
-    at tiny, where chatterbot is one work item, else one per CPU core."""
 
 
 def main(config: Config) -> SFTDataset:

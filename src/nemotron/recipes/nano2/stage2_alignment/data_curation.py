@@ -61,6 +61,7 @@ from nemotron.data_prep.preference import (
     write_pairs,
     write_tokenized_pairs,
 )
+from nemotron.data_prep.settings import CurationSettings
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.data_prep.transforms import write_jsonl
 from nemotron.errors import NemotronError
@@ -72,7 +73,7 @@ MAX_LENGTH = {"tiny": 128, "small": 256, "medium": 1024, "full": 4096}
 
 
 @dataclass
-class Config:
+class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
     """Build DPO preference pairs (train from train conversations, held-out from test)."""
 
     dataset_path: Path | None = None
@@ -92,9 +93,6 @@ class Config:
     validation_share: float = 0.05
     """Share of the training pairs held out (seeded) for DPO's validation loss; 0 disables it."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/data_curation")
-    """Where the step writes its artifact and files (a training step keeps its checkpoints here too)."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
     seed: int = 0
     """Seeds the choice of each rejected answer and the validation slice."""
 

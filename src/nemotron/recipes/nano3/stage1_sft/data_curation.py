@@ -45,12 +45,12 @@ from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import ArtifactRef, apply_scale, mark_unfinished, read_stdin_artifacts, source_ref
-from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.data_prep.blend import DataBlend
 from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE
 from nemotron.data_prep.packing import concat_packed_parquet
 from nemotron.data_prep.pipeline import WORK_ITEM_BYTES
+from nemotron.data_prep.settings import SFTCurationSettings
 from nemotron.data_prep.stages import (
     FilterSplitStage,
     ReadStage,
@@ -74,16 +74,11 @@ PACK_SIZE = {"tiny": 256, "small": 512, "medium": 1024, "full": 4096}
 
 
 @dataclass
-class Config:
+class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_size, workers, output_dir, scale
     """Worked addition problems (reasoning on and off) and chat data, in the nano3 format, packed."""
 
     checkpoint_path: Path | None = None
     """The stage-0 MoE Nano3PretrainCheckpoint (its tokenizer); default: read it from stdin."""
-    checkpoint_artifact: str | None = None
-    """Or a tracked reference such as `nano3pretraincheckpoint:latest`."""
-    pretrain_dataset_path: Path | None = None
-    """Instead of a checkpoint, at scale: the stage-0 PretrainDataset, whose tokenizer the model will have
-    (the SFT data is made before Megatron-Bridge has trained the stage-0 model)."""
     num_problems: int | None = None
     """Addition problems made, train and held out together; default per scale (tiny 1,000)."""
     digits: int | None = None
@@ -104,15 +99,10 @@ class Config:
     """Or a tracked reference such as `diverseselection:latest`."""
     valid_share: float = 0.05
     """Share of the training conversations kept for the validation loss (by a hash of each one's id)."""
-    pack_size: int | None = None
-    """Tokens per packed row; default per scale (tiny 256)."""
     output_dir: Path = Path("runs/nano3/stage1_sft/data_curation")
     """Where the tokenizer, packed Parquet and problem files are written."""
     scale: str = "tiny"
     """tiny | small | medium | full: sizes the number of problems and the pack size."""
-    workers: int | None = execution(None)
-    """Processes for the stages (the files are the same bytes for any number); default: 1 at tiny, else
-    one per CPU core."""
     executor: Literal["local", "ray"] = "local"
     """Where the stages run: local (this process, or a pool of --workers processes) or ray (each work item
     a Ray task; RAY_ADDRESS names a cluster, else a local Ray starts). Same bytes either way."""
