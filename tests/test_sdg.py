@@ -113,6 +113,10 @@ def test_cap_strings_bounds_every_string_of_a_schema():
     assert pair["choices"]["items"]["maxLength"] == 40 and pair["choices"]["maxItems"] == 2
     assert capped["properties"]["pairs"]["minItems"] == 3 and capped["properties"]["pairs"]["maxItems"] == 3
     assert cap_strings({"type": "string", "maxLength": 10}, 40)["maxLength"] == 10
+    # a listed value keeps its length: capped to 12, "multiple_choice" would break its own schema
+    assert "maxLength" not in cap_strings(DiverseQA.model_json_schema(), 12)["$defs"]["MultipleChoiceQA"][
+        "properties"]["question_type"]
+    assert cap_strings({"type": "string", "enum": ["a" * 20]}, 12) == {"type": "string", "enum": ["a" * 20]}
 
 
 # ------------------------------------------------------------------ seed data

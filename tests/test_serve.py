@@ -134,6 +134,29 @@ def test_reasoning_split_is_the_same_for_any_cut_of_the_stream():
             assert whole == ("", text), f"seed {seed}"
 
 
+# ------------------------------------------------------------------ structured output
+
+
+def test_a_capped_string_holds_no_raw_control_character():
+    """xgrammar 0.2.8 admits raw U+0000-U+001F in a string with maxLength (mlc-ai/xgrammar#800); ours does not."""
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string as accepts
+
+    from nemotron.serve.engine import json_schema_grammar
+
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
+                                                          "b": {"type": "string"}}, "required": ["a", "b"]})
+    theirs = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
+    ours = json_schema_grammar(schema)
+    for bad in ('{"a": "a\tb", "b": ""}', '{"a": "a\x0eb", "b": ""}'):
+        assert accepts(theirs, bad) and not accepts(ours, bad)  # the bug is there, and repaired
+        with pytest.raises(json.JSONDecodeError, match="Invalid control character"):
+            json.loads(bad)
+    for text, valid in (('{"a": "é ab", "b": "x"}', True), ('{"a": "abcdef", "b": ""}', False),
+                        ('{"a": "ab", "b": "x\ty"}', False), ('{"a": "ab","b": ""}', False)):
+        assert accepts(ours, text) == accepts(theirs, text) == valid, text
+
+
 # ------------------------------------------------------------------ the terminal chat
 
 

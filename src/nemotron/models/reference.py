@@ -85,10 +85,12 @@ def random_reference_model(texts: list[str], folder: Path, hidden_size: int = 64
     return folder
 
 
-def random_chat_model(folder: Path, seed: int = 0) -> Path:
+def random_chat_model(folder: Path, seed: int = 0, **overrides: Any) -> Path:
     """A folder `nemotron.serve` serves: an untrained nano2 tiny model (seeded) with a 1,024-token BPE trained on
     the chatterbot corpus and the nano2 chat template. Its answers are noise: it lets a benchmark's `--quick`
-    walk the real server and client path in seconds instead of loading SmolLM2 for most of a minute."""
+    walk the real server and client path in seconds instead of loading SmolLM2 for most of a minute.
+    `overrides`: config fields of the tiny model (`nemotron.models.nano2.build_config`), e.g.
+    `max_position_embeddings=4096` for prompts longer than its 1,024 positions (it has no position embedding)."""
     from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
     from nemotron.data_prep.sources import read_chatterbot
     from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
@@ -98,5 +100,5 @@ def random_chat_model(folder: Path, seed: int = 0) -> Path:
     conversations, _ = read_chatterbot()
     texts = ["\n".join(m["content"] for m in c["messages"]) for c in conversations]
     train_tokenizer(texts, 1024, folder, chat_template=NANO2_CHAT_TEMPLATE)
-    build_model(build_config("tiny", len(load_tokenizer(folder))), seed=seed).save_pretrained(str(folder))
+    build_model(build_config("tiny", len(load_tokenizer(folder)), **overrides), seed=seed).save_pretrained(str(folder))
     return folder

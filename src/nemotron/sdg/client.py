@@ -211,13 +211,15 @@ class Client:
 
 def cap_strings(schema: Any, max_chars: int | None, max_items: int | None = None) -> Any:
     """A copy of a JSON schema in which every string has maxLength <= max_chars and every array
-    maxItems <= max(max_items, its minItems) (None: that bound unchanged)."""
+    maxItems <= max(max_items, its minItems) (None: that bound unchanged). A string whose values are
+    listed (`const`, `enum`) is left as it is: a cap shorter than its value (`"multiple_choice"`, 15
+    characters) would make the schema refuse every answer that picks it."""
     if isinstance(schema, list):
         return [cap_strings(item, max_chars, max_items) for item in schema]
     if not isinstance(schema, dict):
         return schema
     capped = {key: cap_strings(value, max_chars, max_items) for key, value in schema.items()}
-    if capped.get("type") == "string" and max_chars is not None:
+    if capped.get("type") == "string" and max_chars is not None and not {"const", "enum"} & capped.keys():
         capped["maxLength"] = min(capped.get("maxLength", max_chars), max_chars)
     if capped.get("type") == "array" and max_items is not None:
         bound = max(max_items, capped.get("minItems", 0))

@@ -28,7 +28,8 @@ Structured outputs: xgrammar (the engine vLLM and SGLang use) compiles a JSON sc
 over the tokenizer's vocabulary; at every step it gives the set of tokens that keep the output a
 valid prefix of some JSON document of that schema, and the logits of all other tokens are set to
 -inf. So even a 135M-parameter model returns JSON that parses and validates (unless max_tokens cuts
-it short: finish_reason "length").
+it short: finish_reason "length"); so does an untrained one. One repair on the way (`json_schema_grammar`):
+xgrammar 0.2.8 lets a string with minLength/maxLength hold raw control characters, which JSON forbids.
 
 Determinism: temperature 0 is greedy; with temperature > 0 each row samples from its own
 `torch.Generator` seeded with the request's seed, so a request's draws do not depend on the other
@@ -138,8 +139,7 @@ class Engine:
                 self._grammars[key] = (self._compiler.compile_builtin_json_grammar() if request.json_schema is None
                                        # compact JSON: with any whitespace allowed a small model
                                        # spends its tokens on newlines and indentation
-                                       else self._compiler.compile_json_schema(key, any_whitespace=False,
-                                                                               strict_mode=True))
+                                       else self._compiler.compile_grammar(json_schema_grammar(key)))
             except Exception as error:  # xgrammar raises RuntimeError / ValueError for unsupported schemas
                 raise NemotronError("response_format json_schema cannot be compiled: "
                                     f"{str(error).splitlines()[0]}") from None
@@ -258,6 +258,25 @@ def _safe_end(text: str, stops: list[str]) -> int:
                 end -= n
                 break
     return end
+
+
+def json_schema_grammar(schema: str) -> Any:
+    r"""xgrammar's grammar of compact JSON (no optional whitespace) matching `schema`, with no raw control
+    character in any string.
+
+    xgrammar 0.2.8 writes each character of a string with minLength/maxLength (every string the SDG client
+    caps) as `[^\"\\\r\n]`, which admits raw U+0000-U+001F (a tab, \x0e) that JSON forbids, so a strict
+    parser (`json.loads`, Data Designer) rejects the answer (mlc-ai/xgrammar#800). That class is narrowed to
+    `[^\0-\x1f\"\\\r\n]`, what xgrammar already allows in an unbounded string. A trained model rarely writes
+    a control character there; an untrained one does within a few tokens.
+    """
+    import xgrammar
+
+    text = str(xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
+    return xgrammar.Grammar.from_ebnf(text.replace(_BOUNDED_STRING_CHAR, _JSON_STRING_CHAR))
+
+
+_BOUNDED_STRING_CHAR, _JSON_STRING_CHAR = r'[^\"\\\r\n]', r'[^\0-\x1f\"\\\r\n]'  # as xgrammar prints them
 
 
 def _generator(request: GenerationRequest) -> torch.Generator | None:
