@@ -167,7 +167,7 @@ def _copy_dataset(dataset: PretrainDataset, folder: Path) -> PretrainDataset:
 
 
 @pytest.mark.slow
-def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_path):
+def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_path, capfd):
     missing = _copy_dataset(dataset, tmp_path / "missing")
     Path(f"{missing.train_prefixes[1]}.bin").unlink()
     truncated = _copy_dataset(dataset, tmp_path / "truncated")
@@ -175,20 +175,29 @@ def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_pat
     shard.write_bytes(shard.read_bytes()[:-10])
     other_shape = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "other_shape",
                               model_overrides=("hidden_size=64",), **{**FEW, "steps": 3}))
+    capfd.readouterr()  # that run's progress lines
 
-    cases = {  # name: (dataset, extra flags, expected error)
-        "missing": (missing.path, (), re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
-        "truncated": (truncated.path, (), re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
-        "other_shape": (dataset.path, (), r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
-        "seq_len": (dataset.path, ("--seq-len=1025",),
+    cases = {  # name: (dataset, settings changed from FEW, expected error)
+        "missing": (missing.path, {}, re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
+        "truncated": (truncated.path, {}, re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
+        "other_shape": (dataset.path, {}, r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
+        "seq_len": (dataset.path, {"seq_len": 1025},
                     r"sequences of 1025 tokens exceed the model.s max_position_embeddings=1024; lower --seq-len"),
     }
-    # Four processes at once: each spends most of its time importing torch and transformers.
+    # The command line, in two processes at once (each spends most of its time importing torch and
+    # transformers): a refusal while loading the input, and one after the model is built, when resuming.
     running = {
-        name: subprocess.Popen(_command(tmp_path / name, "--dataset-path", str(path), *flags),
+        name: subprocess.Popen(_command(tmp_path / name, "--dataset-path", str(cases[name][0]), **cases[name][1]),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for name, (path, flags, _) in cases.items()
+        for name in ("missing", "other_shape")
     }
+    # The other two in this process: the same NemotronError, which `nemotron.cli.run` prints as its one line.
+    for name in ("truncated", "seq_len"):
+        path, changes, expected = cases[name]
+        with pytest.raises(NemotronError, match=expected) as error:
+            main(Config(dataset_path=path, output_dir=tmp_path / name, **{**FEW, **changes}))
+        assert "\n" not in str(error.value)
+    assert "pretrain:" not in capfd.readouterr().err  # the training loop never started
     for name, process in running.items():
         stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 2, (name, stderr[-2000:])
