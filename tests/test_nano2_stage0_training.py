@@ -223,13 +223,17 @@ def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(
     one = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "one", **few))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                *_command(tmp_path / "two", "--dataset-path", str(dataset.path), **{**few, "micro_batch_size": 2})[1:]]
+    ledger = tmp_path / "ledger.jsonl"  # the file tracker (tests/test_trackers.py tests it in one process)
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "NEMOTRON_TRACKER": f"file:{ledger}"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(result.stdout.strip().splitlines()) == 1  # one artifact JSON for the whole job, from rank 0
     two = PretrainCheckpoint.model_validate(json.loads(result.stdout)["pretraincheckpoint"])
     assert two.metrics["world_size"] == 2 and two.metrics["train_tokens"] == one.metrics["train_tokens"]
     assert PretrainCheckpoint.from_path(tmp_path / "two").digest == two.digest
+    # Every rank loaded the dataset; only rank 0 told the tracker: one ledger line per artifact event.
+    events = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(e["event"], e["type"]) for e in events] == [("use", "pretraindataset"), ("save", "pretraincheckpoint")]
 
     # Same windows, same math, different float summation order (each rank's loss over half the batch,
     # then Gloo's all-reduce of gradients and losses): the numbers agree to a few float32 ulps (measured
