@@ -23,13 +23,27 @@ LR = 1e-3  # the worker's AdamW rate
 DISTRIBUTED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _run(out: Path, processes: int) -> Path:
+def _run_two(out: Path) -> Path:
     env = {name: value for name, value in os.environ.items() if name not in DISTRIBUTED}
-    launcher = [sys.executable] if processes == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    result = subprocess.run([*launcher, str(WORKER), str(out)], capture_output=True, text=True, timeout=400,
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             str(WORKER), str(out)], capture_output=True, text=True, timeout=400,
                             env={**env, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def _run_one(out: Path) -> Path:
+    """The worker's `main` in this process (not under torchrun: one process, the whole batch); it sets one
+    thread and seeds torch, so both are given back after."""
+    import one_step_across_ranks  # tests/ is on sys.path under pytest
+
+    assert not any(name in os.environ for name in DISTRIBUTED)
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng():
+            one_step_across_ranks.main(out)
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
@@ -37,7 +51,7 @@ def _run(out: Path, processes: int) -> Path:
 def runs(tmp_path_factory) -> tuple[Path, Path]:
     """Both runs once for the module: (one process, two processes)."""
     root = tmp_path_factory.mktemp("ranks")
-    return _run(root / "one", 1), _run(root / "two", 2)
+    return _run_one(root / "one"), _run_two(root / "two")
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """nano2 at scale: the recipe hands training to Megatron-Bridge, and says so in one line when it cannot.
 
 Megatron-Bridge cannot be installed on these CPU machines (CUDA, Transformer Engine), so these tests
-check what a user does before a cluster: the dry-run plan of every stage (real data prepared here, run
-folders whose overrides are checked against the Megatron-Bridge reference), and the one-line refusals.
+check what a user does before a cluster: the dry-run plan of every stage (real data prepared here, from a
+blend of two plays rather than the whole corpus, and run folders whose overrides are checked against the
+Megatron-Bridge reference), and the one-line refusals.
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ import sys
 import pytest
 import yaml
 
+from nemotron.data_prep.sources import read_shakespeare
+
 RECIPE = [sys.executable, "-m", "nemotron.recipes.nano2"]
 CLUSTER = ["--data-root", "s3://bucket/prefix", "--nodes", "4", "--gpus-per-node", "8"]
 
 
 @pytest.mark.slow
 def test_full_scale_dry_run_prints_a_complete_plan_for_every_stage(tmp_path):
+    # The user's own blend (two plays: curating all of Shakespeare is test_nano2_stage0_data's job).
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
+    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.1, 0.1]}))
     out = tmp_path / "nano2"
-    result = subprocess.run([*RECIPE, "--scale", "full", "--dry-run", *CLUSTER, "--output-dir", str(out)],
+    result = subprocess.run([*RECIPE, "--scale", "full", "--dry-run", *CLUSTER, "--output-dir", str(out),
+                             "--stage0.data-curation.blend-path", str(blend)],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = json.loads(result.stdout)

@@ -27,6 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from nemotron.cli import run
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.sources import read_shakespeare
@@ -85,7 +86,8 @@ def _same_weights(a: Path, b: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_ends_with_the_weights_and_loss_of_an_uninterrupted_run(dataset, trained, tmp_path):
+def test_resume_after_sigkill_ends_with_the_weights_and_loss_of_an_uninterrupted_run(dataset, trained, tmp_path,
+                                                                                     capsys):
     out = tmp_path / "killed"
     command = _command(out, "--dataset-path", str(dataset.path))
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -97,9 +99,11 @@ def test_resume_after_sigkill_ends_with_the_weights_and_loss_of_an_uninterrupted
     assert process.wait() == -signal.SIGKILL
     assert not (out / "model").exists() and not (out / "metadata.json").exists()  # killed mid-run
 
-    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)  # same command
-    assert result.returncode == 0, result.stderr[-2000:]
-    resumed = PretrainCheckpoint.model_validate(json.loads(result.stdout)["pretraincheckpoint"])
+    # The same command again. The kill was real; the re-run is the command's own entry point (`nemotron.cli.run`)
+    # in this process, which spares a second interpreter's ~4 s of imports (a bad input would exit 2 here too).
+    capsys.readouterr()
+    run(main, command[3:])
+    resumed = PretrainCheckpoint.model_validate(json.loads(capsys.readouterr().out)["pretraincheckpoint"])
 
     assert 3 <= resumed.metrics["resumed_from_step"] < FEW["steps"]  # it really continued mid-run
     assert _same_weights(resumed.model_dir, trained.model_dir)
@@ -167,7 +171,7 @@ def _copy_dataset(dataset: PretrainDataset, folder: Path) -> PretrainDataset:
 
 
 @pytest.mark.slow
-def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_path):
+def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_path, capfd):
     missing = _copy_dataset(dataset, tmp_path / "missing")
     Path(f"{missing.train_prefixes[1]}.bin").unlink()
     truncated = _copy_dataset(dataset, tmp_path / "truncated")
@@ -175,20 +179,29 @@ def test_bad_input_is_one_error_line_and_exit_2_before_any_step(dataset, tmp_pat
     shard.write_bytes(shard.read_bytes()[:-10])
     other_shape = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "other_shape",
                               model_overrides=("hidden_size=64",), **{**FEW, "steps": 3}))
+    capfd.readouterr()  # that run's progress lines
 
-    cases = {  # name: (dataset, extra flags, expected error)
-        "missing": (missing.path, (), re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
-        "truncated": (truncated.path, (), re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
-        "other_shape": (dataset.path, (), r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
-        "seq_len": (dataset.path, ("--seq-len=1025",),
+    cases = {  # name: (dataset, settings changed from FEW, expected error)
+        "missing": (missing.path, {}, re.escape(f"references {missing.train_prefixes[1]}.bin, which does not exist")),
+        "truncated": (truncated.path, {}, re.escape(str(shard)) + r" has \d+ bytes but .* the shard is truncated"),
+        "other_shape": (dataset.path, {}, r"a different architecture \(hidden_size: checkpoint 64 vs model 128\)"),
+        "seq_len": (dataset.path, {"seq_len": 1025},
                     r"sequences of 1025 tokens exceed the model.s max_position_embeddings=1024; lower --seq-len"),
     }
-    # Four processes at once: each spends most of its time importing torch and transformers.
+    # The command line, in two processes at once (each spends most of its time importing torch and
+    # transformers): a refusal while loading the input, and one after the model is built, when resuming.
     running = {
-        name: subprocess.Popen(_command(tmp_path / name, "--dataset-path", str(path), *flags),
+        name: subprocess.Popen(_command(tmp_path / name, "--dataset-path", str(cases[name][0]), **cases[name][1]),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for name, (path, flags, _) in cases.items()
+        for name in ("missing", "other_shape")
     }
+    # The other two in this process: the same NemotronError, which `nemotron.cli.run` prints as its one line.
+    for name in ("truncated", "seq_len"):
+        path, changes, expected = cases[name]
+        with pytest.raises(NemotronError, match=expected) as error:
+            main(Config(dataset_path=path, output_dir=tmp_path / name, **{**FEW, **changes}))
+        assert "\n" not in str(error.value)
+    assert "pretrain:" not in capfd.readouterr().err  # the training loop never started
     for name, process in running.items():
         stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 2, (name, stderr[-2000:])
@@ -214,13 +227,17 @@ def test_two_processes_under_torchrun_train_like_one_with_the_same_global_batch(
     one = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "one", **few))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                *_command(tmp_path / "two", "--dataset-path", str(dataset.path), **{**few, "micro_batch_size": 2})[1:]]
+    ledger = tmp_path / "ledger.jsonl"  # the file tracker (tests/test_trackers.py tests it in one process)
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "NEMOTRON_TRACKER": f"file:{ledger}"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(result.stdout.strip().splitlines()) == 1  # one artifact JSON for the whole job, from rank 0
     two = PretrainCheckpoint.model_validate(json.loads(result.stdout)["pretraincheckpoint"])
     assert two.metrics["world_size"] == 2 and two.metrics["train_tokens"] == one.metrics["train_tokens"]
     assert PretrainCheckpoint.from_path(tmp_path / "two").digest == two.digest
+    # Every rank loaded the dataset; only rank 0 told the tracker: one ledger line per artifact event.
+    events = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(e["event"], e["type"]) for e in events] == [("use", "pretraindataset"), ("save", "pretraincheckpoint")]
 
     # Same windows, same math, different float summation order (each rank's loss over half the batch,
     # then Gloo's all-reduce of gradients and losses): the numbers agree to a few float32 ulps (measured

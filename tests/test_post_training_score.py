@@ -17,10 +17,13 @@ from nemotron.recipes.post_training_data import normalize, pools, score
 
 
 @pytest.fixture(scope="module")
-def demo_pools(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipeline")
-    dataset = normalize.main(normalize.Config(output_dir=root / "normalize"))
-    return pools.main(pools.Config(dataset_path=dataset.path, output_dir=root / "pools",
+def demo_dataset(tmp_path_factory):
+    return normalize.main(normalize.Config(output_dir=tmp_path_factory.mktemp("pipeline") / "normalize"))
+
+
+@pytest.fixture(scope="module")
+def demo_pools(tmp_path_factory, demo_dataset):
+    return pools.main(pools.Config(dataset_path=demo_dataset.path, output_dir=tmp_path_factory.mktemp("pools"),
                                    pools=("tool_use", "proof", "multi_turn")))
 
 
@@ -111,9 +114,12 @@ def test_select_by_score_rules():
 
 
 @pytest.mark.slow
-def test_default_reference_model_smollm2_scores_offline(tmp_path, demo_pools):
-    scored = score.main(score.Config(pools_path=demo_pools.path, output_dir=tmp_path, top_k=2, selection="top_k"))
+def test_default_reference_model_smollm2_scores_offline(tmp_path, demo_dataset):
+    # One small pool (4 records, ~1,300 tokens, two datasets): loading SmolLM2 is the point, not scoring all 18.
+    few = pools.main(pools.Config(dataset_path=demo_dataset.path, output_dir=tmp_path / "pools", pools=("multi_turn",)))
+    scored = score.main(score.Config(pools_path=few.path, output_dir=tmp_path / "score", top_k=2, selection="top_k"))
     assert scored.reference_model == "smollm2"
+    assert scored.num_scored == 4 and scored.metrics["too_long"] == 0
     nll = [s["nll"] for s in read_records(scored.scores_path)]
     # A trained 135M model predicts Harmony completions far better than chance (ln 49152 = 10.8 nats).
     assert all(math.isfinite(x) for x in nll) and 0.2 < float(np.mean(nll)) < 5.0

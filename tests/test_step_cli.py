@@ -9,8 +9,10 @@ measured by `benchmarks/bench_startup.py`, not asserted here.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -60,11 +62,25 @@ def imported_modules(importtime_stderr: str) -> set[str]:
             if line.startswith("import time:")}
 
 
+MODULES = sorted({module_name(p) for p in STEP_FILES + ORCHESTRATORS})
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, subprocess.CompletedProcess]:
+    """`python -X importtime -m <module> --help` of every step, one process each, as many at once as there are
+    cores: each process is one busy core for ~0.4 s, so one at a time leaves the other cores idle."""
+    def help_of(module: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"], capture_output=True,
+                              text=True, timeout=120)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(MODULES, pool.map(help_of, MODULES)))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("module", sorted({module_name(p) for p in STEP_FILES + ORCHESTRATORS}))
-def test_help_exits_0_and_loads_neither_torch_nor_transformers(module):
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--help"], capture_output=True,
-                            text=True, timeout=120)
+@pytest.mark.parametrize("module", MODULES)
+def test_help_exits_0_and_loads_neither_torch_nor_transformers(module, helps):
+    result = helps[module]
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("usage:") and "--output-dir" in result.stdout
     loaded = imported_modules(result.stderr)

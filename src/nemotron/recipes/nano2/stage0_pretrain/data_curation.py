@@ -94,7 +94,7 @@ from nemotron.data_prep.tokenizer import (
     MIN_VOCAB_SIZE,
     SPECIAL_TOKENS,
     VOCAB_SIZES,
-    load_tokenizer,
+    tokenizer_facts,
     train_tokenizer_on_files,
 )
 from nemotron.errors import NemotronError
@@ -266,7 +266,7 @@ def main(config: Config) -> PretrainDataset:
         num_documents=sum(r.totals["documents"] for r in runs.values()),
         num_train_tokens=runs["train"].totals["tokens"],
         num_valid_tokens=runs["valid"].totals["tokens"],
-        vocab_size=len(load_tokenizer(tokenizer_dir)),
+        vocab_size=tokenizer_facts(tokenizer_dir).size,  # len(tokenizer), without importing transformers
         metrics={
             **counts,
             "curation_reused": curation_reused,
