@@ -47,7 +47,8 @@ def pytest_collection_modifyitems(items):
 
 def pytest_collection_finish(session):
     """Start the whole recipe runs the selected tests read, in the background (runs.py)."""
-    start_recipe_runs(session.items, session.config._tmp_path_factory)
+    if not session.config.option.collectonly:
+        start_recipe_runs(session.items, session.config._tmp_path_factory)
 
 
 def pytest_sessionfinish(session):
