@@ -173,7 +173,8 @@ RECIPE_RUNS = RecipeRuns()
 
 def start_recipe_runs(items, tmp_path_factory) -> None:
     """Start, in the background, the whole runs that the selected test items ask for (none for test-fast)."""
-    needed = [recipe for recipe in RECIPES if any(f"{recipe}_run" in getattr(item, "fixturenames", ()) for item in items)]
+    asked = {name for item in items for name in getattr(item, "fixturenames", ())}
+    needed = [recipe for recipe in RECIPES if f"{recipe}_run" in asked]
     if needed:
         RECIPE_RUNS.start(needed, {recipe: tmp_path_factory.mktemp(f"{recipe}_run") for recipe in needed})
 
