@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from runs import (  # noqa: F401  (session fixtures: each made once per pytest run; see runs.py)
+    RECIPE_FIXTURES,
     RECIPE_RUNS,
     nano2_run,
     nano3_run,
@@ -40,7 +41,7 @@ def pytest_collection_modifyitems(items):
         module = getattr(item, "module", None)
         all_slow[module] = all_slow.get(module, True) and item.get_closest_marker("slow") is not None
         reads_a_recipe[module] = reads_a_recipe.get(module, False) or bool(
-            {"nano2_run", "nano3_run"} & set(getattr(item, "fixturenames", ())))
+            RECIPE_FIXTURES.keys() & set(getattr(item, "fixturenames", ())))
     items.sort(key=lambda item: (all_slow[getattr(item, "module", None)],
                                  reads_a_recipe[getattr(item, "module", None)]))  # sort is stable
 

@@ -98,6 +98,7 @@ class RecipeRun:
 
 
 RECIPES = ("nano2", "nano3")  # the whole runs below, in the order the background starts them
+RECIPE_FIXTURES = {f"{recipe}_run": recipe for recipe in RECIPES}  # the fixture a test asks for: its recipe
 NICENESS = 10  # CFS weight 110 against the suite's 1024: the runs take what the tests leave idle
 
 
@@ -174,7 +175,7 @@ RECIPE_RUNS = RecipeRuns()
 def start_recipe_runs(items, tmp_path_factory) -> None:
     """Start, in the background, the whole runs that the selected test items ask for (none for test-fast)."""
     asked = {name for item in items for name in getattr(item, "fixturenames", ())}
-    needed = [recipe for recipe in RECIPES if f"{recipe}_run" in asked]
+    needed = [recipe for fixture, recipe in RECIPE_FIXTURES.items() if fixture in asked]
     if needed:
         RECIPE_RUNS.start(needed, {recipe: tmp_path_factory.mktemp(f"{recipe}_run") for recipe in needed})
 
