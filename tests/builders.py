@@ -68,21 +68,25 @@ def make_pretrain_checkpoint(
     ).save()
 
 
+def write_plays_blend(folder: Path, plays: set[str], split: list[float]) -> Path:
+    """The scenes of some Shakespeare plays as `scenes.jsonl` and a blend file naming it, in `folder`: a user's
+    own small blend for the stage-0 curation (`--blend-path`). Returns the blend file's path."""
+    from nemotron.data_prep.sources import read_shakespeare
+
+    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in plays]
+    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
+    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": split}))
+    return folder / "blend.json"
+
+
 def curate_two_plays_nano3(blend_folder: Path, output_dir: Path, scale: str = "tiny"):
     """nano2's stage-0 data curation over Hamlet and Macbeth with the nano3 chat template: the real
     PretrainDataset the nano3 tests train on (small at every scale: the corpus is two plays)."""
-    import json
-
-    from nemotron.data_prep.sources import read_shakespeare
     from nemotron.recipes.nano2.stage0_pretrain import data_curation
 
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
-    (blend_folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n"
-                                                       for d in scenes))
-    (blend_folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}],
-                                                         "split": [0.8, 0.2, 0]}))
+    blend = write_plays_blend(blend_folder, {"hamlet", "macbeth"}, [0.8, 0.2, 0])
     return data_curation.main(data_curation.Config(
-        blend_path=blend_folder / "blend.json", vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
+        blend_path=blend, vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
         scale=scale, output_dir=output_dir))
 
 

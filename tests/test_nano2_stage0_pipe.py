@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nemotron.data_prep.sources import read_shakespeare
+from builders import write_plays_blend  # tests/ is on sys.path under pytest
 
 STAGE = "nemotron.recipes.nano2.stage0_pretrain"
 PLAYS = {"hamlet", "macbeth"}
@@ -15,9 +15,7 @@ PLAYS = {"hamlet", "macbeth"}
 
 @pytest.mark.slow
 def test_three_steps_pipe_through_a_shell_and_keep_lineage(tmp_path):
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in PLAYS]
-    (tmp_path / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
-    (tmp_path / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0.0]}))
+    write_plays_blend(tmp_path, PLAYS, [0.8, 0.2, 0.0])
 
     py = sys.executable
     pipe = (

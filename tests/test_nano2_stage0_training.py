@@ -27,10 +27,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from builders import write_plays_blend  # tests/ is on sys.path under pytest
 from nemotron.cli import run
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
-from nemotron.data_prep.sources import read_shakespeare
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.recipes.nano2.stage0_pretrain import data_curation
@@ -54,12 +54,9 @@ def restore_threads():
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> PretrainDataset:
-    folder = tmp_path_factory.mktemp("blend")
-    scenes = [d for d in read_shakespeare().documents if d.meta.get("play") in PLAYS]
-    (folder / "scenes.jsonl").write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in scenes))
-    (folder / "blend.json").write_text(json.dumps({"sources": [{"path": "scenes.jsonl"}], "split": [0.8, 0.2, 0]}))
-    config = data_curation.Config(blend_path=folder / "blend.json", vocab_size=512, num_shards=2, workers=1,
-                                   output_dir=tmp_path_factory.mktemp("data"))
+    blend = write_plays_blend(tmp_path_factory.mktemp("blend"), PLAYS, [0.8, 0.2, 0])
+    config = data_curation.Config(blend_path=blend, vocab_size=512, num_shards=2, workers=1,
+                                  output_dir=tmp_path_factory.mktemp("data"))
     return data_curation.main(config)
 
 
