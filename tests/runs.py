@@ -31,8 +31,10 @@ The same rule holds: read them, and write only under your own tmp_path.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -164,9 +166,14 @@ class RecipeRuns:
 
 
 def in_the_background(niceness: int) -> None:
-    """In the child before exec: a lower priority, and the last core this process may use (one thread)."""
+    """In the child before exec: a lower priority, the last core this process may use (one thread), and
+    death with pytest: a suite killed outright (SIGTERM, SIGKILL: no `stop`) leaves no recipe running on."""
     os.nice(niceness)
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # Linux: sent when the thread that forked it ends
+
+
+PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 
 RECIPE_RUNS = RecipeRuns()
