@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from nemotron.models.nano2 import build_config, build_model
-from nemotron.training.losses import IGNORE_INDEX, CausalLMLoss, linear_cross_entropy
+from nemotron.training.losses import BLOCK_LOGITS, IGNORE_INDEX, CausalLMLoss, block_tokens, linear_cross_entropy
 
 
 def plain_and_blocked(seed: int, block_size: int, ignored: float):
@@ -62,3 +62,32 @@ def test_all_targets_ignored_gives_zero_not_nan():
     loss = linear_cross_entropy(hidden, weight, torch.full((4,), IGNORE_INDEX))
     loss.backward()
     assert loss.item() == 0.0 and torch.all(hidden.grad == 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_target_far_below_the_largest_logit_keeps_an_exact_finite_loss(seed):
+    # fp32, hidden states scaled so that some targets' logits sit 100-1,000 below their row's largest:
+    # p(target) underflows to 0 there, and -log p(target) would be inf.
+    generator = torch.Generator().manual_seed(seed)
+    tokens, width, vocab = 64 + seed * 37, 16, 211
+    hidden = (torch.randn(tokens, width, generator=generator) * 60).requires_grad_()
+    weight = torch.randn(vocab, width, generator=generator).requires_grad_()
+    targets = torch.randint(0, vocab, (tokens,), generator=generator)
+    targets[::5] = IGNORE_INDEX
+    logits = (hidden @ weight.t()).double()
+    kept = targets != IGNORE_INDEX
+    gaps = logits.amax(-1) - logits.gather(1, targets.clamp(min=0)[:, None]).squeeze(1)
+    assert (gaps[kept] > 104).any(), f"seed {seed}: no target underflows, the test would not test the fix-up"
+    exact = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+    blocked = linear_cross_entropy(hidden, weight, targets, block_size=[16, 1000][seed % 2])
+    assert torch.isfinite(blocked), f"seed {seed}"
+    assert torch.allclose(blocked.double(), exact, rtol=1e-5), f"seed {seed}: {blocked.item()} vs {exact.item()}"
+    plain = F.cross_entropy(hidden @ weight.t(), targets, ignore_index=IGNORE_INDEX)
+    for name, a, b in zip(("hidden", "weight"), torch.autograd.grad(blocked, [hidden, weight]),
+                          torch.autograd.grad(plain, [hidden, weight]), strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6 * b.abs().max().item()), f"seed {seed}: d/d{name}"
+
+
+def test_the_default_block_holds_at_most_block_logits():
+    assert block_tokens(4096) == 2048 and block_tokens(131072) == 64 and block_tokens(1 << 30) == 1
+    assert block_tokens(4096) * 4096 <= BLOCK_LOGITS < (block_tokens(4096) + 1) * 4096
