@@ -110,21 +110,21 @@ def ssd_chunked_scan(
     # Heads-major layouts, (batch, groups, heads per group, chunks, Q, ...): every product below is one bmm.
     a = chunked(dt * A.float()).view(batch, chunks, chunk_size, groups, per_group).permute(0, 3, 4, 1, 2)
     xdt = chunked(x.float() * dt[..., None])
-    xdt = xdt.view(batch, chunks, chunk_size, groups, per_group, p).permute(0, 3, 4, 1, 2, 5)
+    xdt = xdt.view(batch, chunks, chunk_size, groups, per_group, p).permute(0, 3, 4, 1, 2, 5).contiguous()
     B = chunked(B.float()).permute(0, 3, 1, 2, 4)[:, :, None]  # (batch, groups, 1, chunks, Q, n)
     C = chunked(C.float()).permute(0, 3, 1, 2, 4)[:, :, None]
     cum = a.cumsum(-1)  # (batch, groups, per_group, chunks, Q)
 
-    # 1. inside each chunk: C . B once per group, times each head's decay, applied to dt x.
+    # 1. inside each chunk: C . B once per group, times each head's decay (applied to dt x in step 4).
     scores = (C @ B.transpose(-1, -2)) * decay_matrix(cum)  # (..., chunks, Q, Q)
-    y = scores @ xdt
-    # 2. the state each chunk leaves, decayed to its end.
-    states = B.transpose(-1, -2) @ (xdt * torch.exp(cum[..., -1:] - cum)[..., None])  # (..., chunks, n, p)
+    # 2. the state each chunk leaves; the decay to the chunk's end scales B (Q x n), not dt x (Q x p).
+    states = (B * torch.exp(cum[..., -1:] - cum)[..., None]).transpose(-1, -2) @ xdt  # (..., chunks, n, p)
     # 3. the state entering each chunk: row c of the chunk-level decay matrix shifted down by one.
     entering = F.pad(decay_matrix(cum[..., -1].cumsum(-1)), (0, 0, 1, 0))[..., :-1, :]  # (..., chunks, chunks)
     states = (entering @ states.flatten(-2)).view_as(states)
-    # 4. what the entering state contributes at each step.
-    y = y + (C @ states) * torch.exp(cum)[..., None]
+    # 4. what the entering state contributes at each step (exp(cum) <= 1 scales C), plus step 1's product.
+    y = (C * torch.exp(cum)[..., None]) @ states
+    y = torch.baddbmm(y.flatten(0, -3), scores.flatten(0, -3), xdt.flatten(0, -3)).view_as(y)
     y = y.permute(0, 3, 4, 1, 2, 5).reshape(batch, chunks * chunk_size, heads, p)
     return y[:, :time]
 
