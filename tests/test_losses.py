@@ -89,5 +89,5 @@ def test_a_target_far_below_the_largest_logit_keeps_an_exact_finite_loss(seed):
 
 
 def test_the_default_block_holds_at_most_block_logits():
-    assert block_tokens(4096) == 2048 and block_tokens(131072) == 64 and block_tokens(1 << 30) == 1
+    assert block_tokens(4096) == 1024 and block_tokens(131072) == 32 and block_tokens(1 << 30) == 1
     assert block_tokens(4096) * 4096 <= BLOCK_LOGITS < (block_tokens(4096) + 1) * 4096
