@@ -16,6 +16,12 @@ On whatever device it runs (CPU threads, or one CUDA GPU):
    transformers builds it (`NemotronHForCausalLM(config)`), torch's default `torch.optim.AdamW`, the
    plain loss over full logits (`F.cross_entropy(model(ids).logits, targets)`), in fp32.
 
+Each side runs in a process of its own, started once and then told to time one round after another in
+turn with the other side, as a training run has its process to itself. In one process each side's
+speed depended on what the other had left in malloc's heap: on an idle 2-core machine a change to the
+recipe's loss alone moved the baseline's figure from ~14,500 to ~13,400 tokens/s (medians of seven
+runs each).
+
 FLOPs per token are counted by `nemotron.models.flops.training_flops` (6 x matmul weights, embeddings
 out, the output head in; attention on full-attention layers; the Mamba-2 scan's own term; its
 docstring has the formulas). Printed: tokens/s of both, the achieved FLOP/s, MFU = achieved / peak,
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -99,7 +106,7 @@ def recipe_step(config, device: torch.device, steps: int):
     return step
 
 
-def baseline_step(config, device: torch.device):
+def baseline_step(config, device: torch.device, steps: int):
     """The plain step (module docstring, 3.)."""
     torch.manual_seed(0)
     model = NemotronHForCausalLM(config).to(device).train()
@@ -114,6 +121,9 @@ def baseline_step(config, device: torch.device):
         return loss.item()
 
     return step
+
+
+SIDES = {"recipe": recipe_step, "baseline": baseline_step}
 
 
 def batches(args, vocab: int, count: int, device: torch.device) -> list[torch.Tensor]:
@@ -149,6 +159,30 @@ def profile_table(step, data: list[torch.Tensor], rows: int) -> str:
     return p.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=40)
 
 
+def setup(args) -> tuple[torch.device, str]:
+    """This process's device, thread count and malloc policy; returns the device and the policy taken."""
+    device = pick_device(args.device)
+    seed_everything(0)
+    if device.type == "cpu":
+        torch.set_num_threads(torch_threads(args.threads))
+    return device, "keep" if args.malloc == "keep" and keep_freed_memory() else "default"
+
+
+def side(name: str, args, connection) -> None:
+    """One side's process: build its step and warm it up, then time round r's steps whenever sent r."""
+    hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notes
+    device, _ = setup(args)
+    total = 2 + args.rounds * args.steps
+    step = SIDES[name](build_config(args.scale, VOCAB[args.scale]), device, total)
+    data = batches(args, VOCAB[args.scale], total, device)
+    for windows in data[:2]:  # warm-up: first-call allocations, lazy initialisation
+        step(windows)
+    connection.send("ready")
+    while (round_ := connection.recv()) is not None:
+        connection.send(tokens_per_second(step, data[2 + round_ * args.steps: 2 + (round_ + 1) * args.steps], device))
+    connection.send(profile_table(step, data[2: 2 + args.steps], args.profile) if args.profile else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -165,46 +199,43 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS", help="print the top ROWS operators of each")
     parser.add_argument("--quick", action="store_true", help="seconds: 2 x 64 tokens, 2 steps, 1 round, n=256")
     args = parser.parse_args()
-    hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notes
 
-    device = pick_device(args.device)
-    scale = args.scale or ("tiny" if device.type == "cpu" else "small")
+    device, malloc = setup(args)
+    args.device = device.type  # the sides' processes take this device
+    scale = args.scale = args.scale or ("tiny" if device.type == "cpu" else "small")
     args.seq_len = args.seq_len or training.SEQ_LEN[scale]
     if args.quick:
         args.batch, args.seq_len, args.steps, args.rounds, args.matmul_size = 2, 64, 2, 1, 256
-    seed_everything(0)
-    if device.type == "cpu":
-        torch.set_num_threads(torch_threads(args.threads))
-    malloc = "keep" if args.malloc == "keep" and keep_freed_memory() else "default"
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     load_before = os.getloadavg()[0]
 
     peak = matmul_peak(device, dtype, args.matmul_size or MATMUL_SIZE[device.type], repeats=5)
-    config = build_config(scale, VOCAB[scale])
-    flops = training_flops(config, args.seq_len)
-    total = 2 + args.rounds * args.steps
-    steps = {"recipe": recipe_step(config, device, total), "baseline": baseline_step(config, device)}
-    data = batches(args, VOCAB[scale], total, device)
-    speed: dict[str, list[float]] = {name: [] for name in steps}
-    for step in steps.values():
-        for windows in data[:2]:  # warm-up: first-call allocations, lazy initialisation
-            step(windows)
+    flops = training_flops(build_config(scale, VOCAB[scale]), args.seq_len)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter and heap per side; safe with CUDA
+    connections = {}
+    for name in SIDES:
+        connections[name], theirs = context.Pipe()
+        context.Process(target=side, args=(name, args, theirs), daemon=True).start()
+    for connection in connections.values():
+        connection.recv()  # built and warmed up
+    speed: dict[str, list[float]] = {name: [] for name in SIDES}
     for round_ in range(args.rounds):
-        chunk = data[2 + round_ * args.steps: 2 + (round_ + 1) * args.steps]
-        for name, step in steps.items():
-            speed[name].append(tokens_per_second(step, chunk, device))
+        for name, connection in connections.items():
+            connection.send(round_)
+            speed[name].append(connection.recv())
         done = ", ".join(f"{name} {values[-1]:,.0f} tokens/s" for name, values in speed.items())
         print(f"round {round_ + 1}: {done}", file=sys.stderr)
-
-    if args.profile:
-        for name, step in steps.items():
+    for name, connection in connections.items():
+        connection.send(None)
+        if table := connection.recv():
             print(f"--- {name}: torch.profiler, {args.steps} steps, top {args.profile} rows by self time ---")
-            print(profile_table(step, data[2: 2 + args.steps], args.profile))
+            print(table)
+
     recipe, baseline = statistics.median(speed["recipe"]), statistics.median(speed["baseline"])
     achieved = recipe * flops.per_token
     load = (load_before + os.getloadavg()[0]) / 2
     where = f"{torch.get_num_threads()} threads" if device.type == "cpu" else torch.cuda.get_device_name(device)
-    print(f"device {device.type} ({where}), nano2 {scale}, batch {args.batch} x {args.seq_len}, "
+    print(f"device {device.type} ({where}), nano2 {scale}, batch {args.batch} x {args.seq_len}, a process per side, "
           f"load average ~{load:.1f} on {os.cpu_count()} cores, malloc {malloc}")
     print(f"peak    {peak / 1e9:10,.1f} GFLOP/s  ({str(dtype).removeprefix('torch.')} matmul, measured here)")
     print(f"FLOPs   {flops.per_token / 1e6:10,.2f} M per token  (6 x {flops.matmul_weights / 1e6:.3f} M matmul "
