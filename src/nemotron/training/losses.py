@@ -77,6 +77,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             row_loss = torch.where(keep, -picked.log(), 0)
             # -log p(target) is exact while p(target) is a normal float. Below that (a target logit ~87 under
             # the largest in fp32) it loses digits or becomes inf: those rows' loss is taken from their logits.
+            # (On a GPU `.any()` waits for the forward pass: one wait a step, as `loss.item()` does anyway.)
             underflow = keep & (picked < torch.finfo(exact).tiny)
             if underflow.any():
                 rows = underflow.nonzero().squeeze(1)
