@@ -171,13 +171,17 @@ def setup(args) -> tuple[torch.device, str]:
 def side(name: str, args, connection) -> None:
     """One side's process: build its step and warm it up, then time round r's steps whenever sent r."""
     hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notes
-    device, _ = setup(args)
-    total = 2 + args.rounds * args.steps
-    step = SIDES[name](build_config(args.scale, VOCAB[args.scale]), device, total)
-    data = batches(args, VOCAB[args.scale], total, device)
-    for windows in data[:2]:  # warm-up: first-call allocations, lazy initialisation
-        step(windows)
-    connection.send("ready")
+    try:
+        device, _ = setup(args)
+        total = 2 + args.rounds * args.steps
+        step = SIDES[name](build_config(args.scale, VOCAB[args.scale]), device, total)
+        data = batches(args, VOCAB[args.scale], total, device)
+        for windows in data[:2]:  # warm-up: first-call allocations, lazy initialisation
+            step(windows)
+    except Exception as error:  # e.g. a --dataset-path that is not a dataset: the parent says it in one line
+        connection.send(str(error))
+        return
+    connection.send(None)  # built and warmed up
     while (round_ := connection.recv()) is not None:
         connection.send(tokens_per_second(step, data[2 + round_ * args.steps: 2 + (round_ + 1) * args.steps], device))
     connection.send(profile_table(step, data[2: 2 + args.steps], args.profile) if args.profile else "")
@@ -216,8 +220,10 @@ def main() -> None:
     for name in SIDES:
         connections[name], theirs = context.Pipe()
         context.Process(target=side, args=(name, args, theirs), daemon=True).start()
-    for connection in connections.values():
-        connection.recv()  # built and warmed up
+    failed = {name: connection.recv() for name, connection in connections.items()}  # None: ready
+    for name, error in failed.items():
+        if error is not None:
+            sys.exit(f"error: the {name} side: {error}")
     speed: dict[str, list[float]] = {name: [] for name in SIDES}
     for round_ in range(args.rounds):
         for name, connection in connections.items():

@@ -59,3 +59,13 @@ def test_bench_mfu_quick_ends_with_its_figures_as_json():
     assert figures["flops_per_token"] == training_flops(nano2.build_config("tiny", 4096), 64).per_token
     assert figures["mfu"] > 0 and figures["speedup"] > 0 and figures["peak_flops"] > 0
     assert figures["mfu"] == pytest.approx(figures["achieved_flops"] / figures["peak_flops"])
+
+
+@pytest.mark.slow
+def test_bench_mfu_says_a_sides_error_in_one_line(tmp_path):
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mfu.py"
+    done = subprocess.run([sys.executable, str(bench), "--quick", "--device", "cpu", "--threads", "1",
+                           "--dataset-path", str(tmp_path / "missing")], capture_output=True, text=True)
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [f"error: the recipe side: {tmp_path / 'missing'} does not exist; "
+                                                "check the path"], done.stderr
