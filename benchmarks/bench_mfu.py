@@ -107,7 +107,7 @@ def recipe_step(config, device: torch.device, steps: int):
 
 
 def baseline_step(config, device: torch.device, steps: int):
-    """The plain step (module docstring, 3.)."""
+    """The plain step (module docstring, 3.); `steps` is unused (torch's AdamW has no schedule)."""
     torch.manual_seed(0)
     model = NemotronHForCausalLM(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters())
