@@ -290,7 +290,8 @@ def keep_freed_memory() -> bool:
     step frees and re-takes the same activation and gradient buffers every step, so each step
     page-faults them in again, each page zeroed by the kernel. With the threshold at its maximum and no
     trimming, a process keeps its peak step's memory mapped (its RSS does not fall between steps) and
-    the page faults stop (nano2 tiny, batch 8: ~18,000 faults a step before, next to none after).
+    the page faults stop (nano2 tiny, batch 8: ~18,000 faults a step before, next to none after; with the
+    loss's softmax in place, 2026-11-27: 5,000-11,000 a step before, 150-500 after).
     Measured on an idle 2-core machine (benchmarks/bench_mfu.py, --malloc default vs keep): nano2 tiny
     stage 0's step, 9,916 -> 12,855 tokens/s. A larger block (the full logits of the plain loss: 32 MB
     at tiny) still round-trips; the blocked loss's are 16 MB. Not glibc (macOS, musl): False.
