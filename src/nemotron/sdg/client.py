@@ -100,6 +100,7 @@ class Reply:
     completion_tokens: int
     finish_reason: str
     attempts: int
+    logprobs: list[dict] | None = None  # asked with top_logprobs: per token {token, logprob, bytes, top_logprobs}
 
 
 def resolve_api_key(endpoint: Endpoint) -> str:
@@ -147,12 +148,13 @@ class Client:
 
     def chat(self, messages: list[dict], *, schema: type[BaseModel] | None = None,
              max_tokens: int | None = None, seed: int = 0, max_field_chars: int | None = None,
-             max_list_items: int | None = None) -> Reply:
+             max_list_items: int | None = None, top_logprobs: int | None = None) -> Reply:
         """One chat completion; with `schema`, validated (and asked again while invalid).
 
         `max_field_chars` caps every string of the schema sent to the server (the grammar then closes
         a string at that length) and `max_list_items` every list: the budget that keeps a small model's
-        JSON inside max_tokens.
+        JSON inside max_tokens. `top_logprobs` (0-20) asks for each answer token's log-probability and that
+        many alternatives, kept in `Reply.logprobs` (the OpenAI `logprobs.content` entries, as dicts).
         """
         attempts, problems = 0, []
         for attempt in range(1 + (self.endpoint.invalid_retries if schema else 0)):
@@ -163,6 +165,8 @@ class Client:
                                           max_tokens=max_tokens or self.endpoint.max_tokens, seed=seed + attempt)
             if self.endpoint.extra_body:
                 kwargs["extra_body"] = dict(self.endpoint.extra_body)
+            if top_logprobs is not None:
+                kwargs.update(logprobs=True, top_logprobs=top_logprobs)
             if schema is not None:
                 kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                     "name": schema.__name__,
@@ -176,6 +180,8 @@ class Client:
             usage = response.usage
             reply = Reply(text, None, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                           choice.finish_reason or "", attempts)
+            if top_logprobs is not None and choice.logprobs is not None:
+                reply.logprobs = [entry.model_dump() for entry in choice.logprobs.content or []]
             if schema is None:
                 return reply
             try:

@@ -31,6 +31,14 @@ valid prefix of some JSON document of that schema, and the logits of all other t
 it short: finish_reason "length"); so does an untrained one. One repair on the way (`json_schema_grammar`):
 xgrammar 0.2.8 lets a string with minLength/maxLength hold raw control characters, which JSON forbids.
 
+Log-probabilities (`request.logprobs` = k alternatives): for each completion token, its log-probability
+and the k most likely tokens at that step, from the model's own distribution: the log-softmax of the raw
+logits, before temperature, top-p and the grammar mask (vLLM's default, "raw logprobs"), so they equal
+a plain forward pass over prompt + completion and do not change with the sampling settings.
+`request.prompt_logprobs` scores the prompt itself from the prefill's logits (the first token has no
+log-probability: nothing precedes it); with `max_tokens` 0 a request is scored and nothing is generated.
+Streaming hands each step's new tokens to `on_logprobs` just before their text goes to `on_text`.
+
 Determinism: temperature 0 is greedy; with temperature > 0 each row samples from its own
 `torch.Generator` seeded with the request's seed, so a request's draws do not depend on the other
 rows. (Padding and batch shapes can still change float rounding in the logits; at temperature 0 a
@@ -69,8 +77,20 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     json_schema: dict | None = None  # response_format json_schema
     json_object: bool = False  # response_format {"type": "json_object"}: any JSON object
+    logprobs: int | None = None  # per completion token its log-prob and this many alternatives; None: none
+    prompt_logprobs: bool = False  # score the prompt's tokens too (with `logprobs` alternatives each)
     on_text: Callable[[str], None] | None = None  # streaming: called with each new piece of text
+    on_logprobs: Callable[[list[TokenLogprob]], None] | None = None  # streaming: the tokens behind that text
     cancelled: threading.Event = field(default_factory=threading.Event)  # set it to stop this request
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token's log-probability under the model, and the most likely tokens at its position."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]  # (token id, log-prob), most likely first
 
 
 @dataclass
@@ -78,6 +98,8 @@ class GenerationResult:
     text: str
     completion_ids: list[int]
     finish_reason: str  # "stop" | "length" | "cancelled"
+    logprobs: list[TokenLogprob] | None = None  # one per completion id, when the request asked
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # one per prompt id (the first None)
 
 
 @dataclass
@@ -87,6 +109,9 @@ class _Row:
     generator: torch.Generator | None
     matcher: Any = None  # xgrammar.GrammarMatcher
     ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    released: int = 0  # entries of `logprobs` already handed to on_logprobs
+    prompt_logprobs: list[TokenLogprob | None] | None = None
     text: str = ""  # the completion so far, cut at a stop string
     sent: int = 0  # characters of `text` already handed to on_text
     done: bool = False
@@ -106,8 +131,10 @@ class Engine:
         self.eos_ids = eos + [int(t) for t in stop_token_ids if int(t) not in eos]
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
         self._xgr = xgrammar
-        self._compiler = xgrammar.GrammarCompiler(
-            xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.eos_ids))
+        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
+                                                       stop_token_ids=self.eos_ids)
+        self.token_bytes: list[bytes] = list(info.decoded_vocab)  # each id's bytes (may be half a UTF-8 character)
+        self._compiler = xgrammar.GrammarCompiler(info)
         self._grammars: dict[str, Any] = {}  # compiled grammars by schema text: compiling costs ~0.1-1 s
         self._queue: queue.Queue[tuple[GenerationRequest, Future]] = queue.Queue()
         self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "generated_tokens": 0, "cancelled": 0}
@@ -124,8 +151,11 @@ class Engine:
         if len(request.prompt_ids) + request.max_tokens > self.max_positions:
             raise NemotronError(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens ({request.max_tokens}) "
                                 f"exceeds the model's {self.max_positions} positions; shorten the prompt or max_tokens")
-        if request.max_tokens < 1:
-            raise NemotronError(f"max_tokens must be at least 1, got {request.max_tokens}")
+        if request.max_tokens < 0:
+            raise NemotronError(f"max_tokens must be at least 0, got {request.max_tokens}")
+        bad = [t for t in request.prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise NemotronError(f"token id {bad[0]} is outside the model's vocabulary (0..{self.vocab_size - 1})")
         if request.json_schema is not None or request.json_object:
             self.grammar(request)  # compile now, so a bad schema is the caller's 400, not an engine failure
         future: Future = Future()
@@ -186,12 +216,24 @@ class Engine:
             attention[i, width - n:] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         bitmask = self._xgr.allocate_token_bitmask(len(rows), self.vocab_size)
+        for row in rows:
+            if row.request.max_tokens == 0:  # scored only (echo with max_tokens 0): done after the prefill
+                row.done = True
         past, step_input, step_positions = None, input_ids, positions
-        for _ in range(max(row.request.max_tokens for row in rows)):
+        for step in range(max(1, *(row.request.max_tokens for row in rows))):
             output = self.model(input_ids=step_input.to(device), attention_mask=attention.to(device),
                                 position_ids=step_positions.to(device), past_key_values=past, use_cache=True)
+            if step == 0:
+                for i, row in enumerate(rows):
+                    if row.request.prompt_logprobs:
+                        prompt = output.logits[i, width - len(row.request.prompt_ids):]
+                        row.prompt_logprobs = self._score_prompt(row.request, prompt)
+            if all(row.done for row in rows):
+                break
             past = output.past_key_values
             logits = output.logits[:, -1, :].float().cpu()
+            # the model's own distribution, before the grammar mask and the sampling settings change it
+            raw = torch.log_softmax(logits, dim=-1) if any(r.request.logprobs is not None for r in rows) else None
             # --- grammar: tokens that cannot continue a valid JSON document get -inf ---
             constrained = [i for i, row in enumerate(rows) if row.matcher is not None and not row.done]
             if constrained:
@@ -199,11 +241,13 @@ class Engine:
                     rows[i].matcher.fill_next_token_bitmask(bitmask, i)
                 self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=constrained)
             next_ids = [self._pick(row, logits[i]) for i, row in enumerate(rows)]
-            for row, token in zip(rows, next_ids, strict=True):
+            for i, (row, token) in enumerate(zip(rows, next_ids, strict=True)):
                 if not row.done and row.request.cancelled.is_set():  # the client went away: stop here
                     row.done, row.finish_reason = True, "cancelled"
                     self.stats["cancelled"] += 1
                 elif not row.done:
+                    if row.request.logprobs is not None:
+                        row.logprobs.append(top_logprobs(raw[i], token, row.request.logprobs))
                     self._append(row, token)
             if all(row.done for row in rows):
                 break
@@ -213,7 +257,16 @@ class Engine:
             attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
         for row in rows:
             self.stats["generated_tokens"] += len(row.ids)
-            row.future.set_result(GenerationResult(row.text, row.ids, row.finish_reason))
+            row.future.set_result(GenerationResult(
+                row.text, row.ids, row.finish_reason, row.logprobs if row.request.logprobs is not None else None,
+                row.prompt_logprobs))
+
+    def _score_prompt(self, request: GenerationRequest, logits: torch.Tensor) -> list[TokenLogprob | None]:
+        """Each prompt token's log-prob from the logits of the position before it (`logits`: the prompt's rows)."""
+        log_probs = torch.log_softmax(logits[:-1].float().cpu(), dim=-1)
+        k = request.logprobs or 0
+        return [None] + [top_logprobs(row, token, k) for row, token in zip(log_probs, request.prompt_ids[1:],
+                                                                           strict=True)]
 
     def _pick(self, row: _Row, logits: torch.Tensor) -> int:
         if row.done:
@@ -243,9 +296,18 @@ class Engine:
             row.text, row.done, row.finish_reason = row.text[: min(found)], True, "stop"
         ready = len(row.text) if row.done else _safe_end(row.text, stops)
         if ready > row.sent:
+            if row.request.on_logprobs is not None and row.released < len(row.logprobs):
+                row.request.on_logprobs(row.logprobs[row.released:])
+                row.released = len(row.logprobs)
             if row.request.on_text is not None:
                 row.request.on_text(row.text[row.sent:ready])
             row.sent = ready
+
+
+def top_logprobs(log_probs: torch.Tensor, token: int, k: int) -> TokenLogprob:
+    """`token`'s entry of one position's log-softmax (`log_probs`, float32) and its `k` largest entries."""
+    values, ids = torch.topk(log_probs, k) if k else (torch.empty(0), torch.empty(0, dtype=torch.long))
+    return TokenLogprob(token, float(log_probs[token]), list(zip(ids.tolist(), values.tolist(), strict=True)))
 
 
 def _safe_end(text: str, stops: list[str]) -> int:
