@@ -256,3 +256,44 @@ def test_sdg_client_reply_carries_the_logprobs_when_asked(server, client):
                                          logprobs=True, top_logprobs=2)
     assert reply.logprobs == [e.model_dump() for e in api.choices[0].logprobs.content]
     assert len(reply.logprobs) == reply.completion_tokens and len(reply.logprobs[0]["top_logprobs"]) == 2
+
+
+# ------------------------------------------------------------------ lm-eval's local-completions against the server
+
+
+@pytest.mark.slow  # lm-eval's import and two harness runs
+def test_lm_eval_local_completions_through_the_server_equals_the_in_process_harness(server, tmp_path):
+    """A multiple-choice task scored by lm-eval 0.4.13's `local-completions` model against this server equals
+    `nemotron.evaluation.harness.run_lm_eval` (lm-eval's `hf` model, in-process) on the same checkpoint:
+    each log-likelihood within 1e-4, the same accuracy."""
+    from lm_eval import simple_evaluate
+
+    from nemotron.data_prep.tokenizer import EOS_ID
+    from nemotron.evaluation.harness import chat_choice_task, load_benchmarks, run_lm_eval, write_tasks
+    from nemotron.evaluation.multiple_choice import MCItem
+
+    served = server.by_name[DPO]
+    model_dir = served.identity["path"] + "/model"
+    items = [MCItem("What is 12+30?", ("42", "41", "fourteen"), 0),
+             MCItem("Who wrote Hamlet?", ("Shakespeare", "a robot"), 0),
+             MCItem("hello", ("Hi! How are you?", "Goodbye.", "I am not yet."), 2),
+             MCItem("Is ice cold?", ("yes", "no"), 0)]
+    task = chat_choice_task("served_choices", served.tokenizer, items)
+    folder = write_tasks(tmp_path / "tasks", [task])
+    spec = task.config((folder / f"{task.name}.jsonl").resolve())
+    manager = load_benchmarks([], folder)
+    in_process = run_lm_eval(model_dir, [spec], manager, batch_size=4)
+    through = simple_evaluate(
+        model="local-completions", model_args={
+            "base_url": f"{server.url}/completions", "model": DPO, "tokenizer": model_dir,
+            "tokenizer_backend": "huggingface", "max_length": 1024, "num_concurrent": 1, "max_retries": 1,
+            "custom_prefix_token_id": EOS_ID},  # the empty context's token, as run_lm_eval gives the hf model
+        tasks=[spec], task_manager=manager, batch_size=4, bootstrap_iters=0, log_samples=True)
+    served_samples = sorted(through["samples"][task.name], key=lambda s: s["doc_id"])
+    ours = [float(r[0][0]) for s in served_samples for r in s["resps"]]
+    in_process_samples = sorted(in_process.samples[task.name], key=lambda s: s["doc_id"])
+    theirs = [ll for s in in_process_samples for ll in s["loglikelihoods"]]
+    # each choice after its question, and alone (acc_mutual_info's unconditional score)
+    assert len(ours) == 2 * sum(len(item.choices) for item in items) == len(theirs)
+    assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) < 1e-4
+    assert through["results"][task.name]["acc,none"] == in_process.metrics[task.name]["acc"]
