@@ -169,6 +169,8 @@ def test_echo_with_max_tokens_0_scores_the_prompt_without_generating(server, cli
         assert abs(choice.logprobs.token_logprobs[position] - float(log_probs[position - 1, ids[position]])) < TOLERANCE
         assert max(choice.logprobs.top_logprobs[position].values()) == pytest.approx(
             float(log_probs[position - 1].max()), abs=TOLERANCE)
+    echoed = client.completions.create(model=BASE, prompt=prompt, max_tokens=0, echo=True)  # no logprobs asked
+    assert echoed.choices[0].text == prompt and echoed.choices[0].logprobs is None
     # lm-eval's request: echo, logprobs 1, max_tokens 1: the prompt's scores, then one greedy token
     one = client.completions.create(model=BASE, prompt=ids, max_tokens=1, echo=True, logprobs=1, temperature=0)
     assert one.choices[0].logprobs.token_logprobs[:-1] == choice.logprobs.token_logprobs
@@ -218,6 +220,7 @@ def test_a_list_of_prompts_gets_one_choice_each_in_order(server, client):
     ("chat/completions", {"top_logprobs": 2}, "top_logprobs", "'logprobs' must be set to true"),
     ("chat/completions", {"logprobs": "yes"}, "logprobs", "expected a boolean"),
     ("chat/completions", {"max_tokens": 1020}, "max_tokens", "exceed the model's context of 1024 tokens"),
+    ("chat/completions", {"seed": 1 << 64}, "seed", "integer above maximum value"),
     ("completions", {"logprobs": 21}, "logprobs", "Expected a value <= 20, but got 21"),
     ("completions", {"max_tokens": -1}, "max_tokens", "Expected a value >= 0, but got -1"),
     ("completions", {"prompt": [5] * 1100}, "prompt", "does not fit the model's context of 1024 tokens"),
@@ -241,6 +244,13 @@ def test_an_out_of_range_setting_is_a_one_line_openai_400(server, client, path, 
 def test_the_openai_client_raises_bad_request_with_the_message(client):
     with pytest.raises(openai.BadRequestError, match="Invalid 'temperature'"):
         client.chat.completions.create(model=DPO, messages=HELLO, temperature=-3)
+
+
+def test_a_temperature_too_small_to_divide_by_is_greedy(client):
+    """1e-30 is inside [0, 2]: answered (greedily, as vLLM does below 1e-5), not a NaN that fails the batch."""
+    greedy = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=8, temperature=0)
+    tiny = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=8, temperature=1e-30)
+    assert tiny.choices[0].message.content == greedy.choices[0].message.content
 
 
 # ------------------------------------------------------------------ the SDG client's view

@@ -188,7 +188,7 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
             raise _Bad("n > 1 is not supported; send one request per completion", "n", "unsupported_value")
         name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = number(body, name, 1 if chat else 0, integer=True)
-        request_seed = number(body, "seed", -(1 << 63), integer=True)
+        request_seed = number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True)  # what torch.Generator takes
         logprobs = logprobs_asked(body, chat)
         if body.get("tools"):
             raise _Bad("tools are not supported by this server", "tools", "unsupported_value")
