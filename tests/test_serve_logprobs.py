@@ -1,10 +1,11 @@
 """Token log-probabilities, scoring and checked settings of `nemotron.serve`, through the official `openai` client.
 
-The server runs in this process on a loopback port (`test_serve.LocalServer`) over two real checkpoint
-artifacts holding untrained tiny nano2 models (`builders`): a DPO checkpoint (chat) and a pretrain one
-(plain completion). Every log-probability the API returns is checked against an independent path: a plain
-forward pass of the same model over prompt + completion, no cache, `log_softmax` in float32, the tokens
-chosen greedily by that loop (so the server's incremental decoding with its caches is what is tested).
+The server runs in this process on a loopback port (`test_serve.LocalServer`) over three real checkpoint
+artifacts holding untrained tiny models (`builders`): a nano2 DPO checkpoint (chat), a nano3 RL one (reasoning)
+and a nano2 pretrain one (plain completion). Every log-probability the API returns is checked against an
+independent path: a plain forward pass of the same model over prompt + completion, no cache, `log_softmax`
+in float32, the tokens chosen greedily by that loop (so the server's cached incremental decoding is what is
+tested).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import torch
 
 from builders import make_chat_checkpoint, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint
+from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint
 from test_serve import LocalServer
 
-DPO, BASE = "nano2-stage2_alignment", "nano2-stage0_pretrain"
+DPO, RL, BASE = "nano2-stage2_alignment", "nano3-stage2_rl", "nano2-stage0_pretrain"
 HELLO = [{"role": "user", "content": "hello"}]
 TOLERANCE = 1e-5  # float32: the cached, batched decode against one plain forward pass
 
@@ -29,8 +31,10 @@ TOLERANCE = 1e-5  # float32: the cached, batched decode against one plain forwar
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     make_chat_checkpoint(root / "nano2" / "stage2_alignment" / "training", DPOCheckpoint, "nano2")
+    make_chat_checkpoint(root / "nano3" / "stage2_rl" / "training", Nano3RLCheckpoint, "nano3")
     make_pretrain_checkpoint(root / "nano2" / "stage0_pretrain" / "training")
-    local = LocalServer([root / "nano2/stage2_alignment/training", root / "nano2/stage0_pretrain/training"])
+    local = LocalServer([root / "nano2/stage2_alignment/training", root / "nano3/stage2_rl/training",
+                         root / "nano2/stage0_pretrain/training"])
     yield local
     local.stop()
 
@@ -105,6 +109,18 @@ def test_chat_logprobs_equal_the_forward_pass_whole_and_streamed(server, client)
     # without logprobs: none, as before
     plain = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=4, temperature=0)
     assert plain.choices[0].logprobs is None
+
+
+def test_a_reasoning_models_streamed_logprobs_cover_reasoning_and_answer_tokens(client):
+    """nano3's text is split into reasoning and answer while it streams; every token's entry still arrives once,
+    in order, whichever delta carries it."""
+    ask = dict(model=RL, messages=[{"role": "user", "content": "What is 12+30?"}], max_tokens=14, temperature=0,
+               logprobs=True, top_logprobs=1)
+    whole = client.chat.completions.create(**ask)
+    chunks = list(client.chat.completions.create(stream=True, **ask))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert len(streamed) == whole.usage.completion_tokens
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in whole.choices[0].logprobs.content]
 
 
 def test_logprobs_are_the_models_own_not_the_sampling_distribution(server, client):
@@ -275,7 +291,8 @@ def test_sdg_client_reply_carries_the_logprobs_when_asked(server, client):
 def test_lm_eval_local_completions_through_the_server_equals_the_in_process_harness(server, tmp_path):
     """A multiple-choice task scored by lm-eval 0.4.13's `local-completions` model against this server equals
     `nemotron.evaluation.harness.run_lm_eval` (lm-eval's `hf` model, in-process) on the same checkpoint:
-    each log-likelihood within 1e-4, the same accuracy."""
+    each log-likelihood within 1e-4, the same accuracy. (`local-completions` needs lm-eval's [api] extra,
+    which the test extra installs: tenacity.)"""
     from lm_eval import simple_evaluate
 
     from nemotron.data_prep.tokenizer import EOS_ID
