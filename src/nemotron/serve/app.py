@@ -33,8 +33,9 @@ counts (the end-of-turn token included). `bytes` are the token's own bytes, so a
 character is exact there; `token` is those bytes decoded (U+FFFD for the half), and `text_offset` adds up
 those tokens' lengths.
 Completions `echo: true` returns the prompt before the completion, and with `logprobs` scores the prompt's
-tokens too (the first has `null`: nothing precedes it); `max_tokens: 0` with it scores without generating:
-what lm-eval's `local-completions` sends to score a multiple-choice or perplexity task.
+tokens too (the first has `null`: nothing precedes it); `max_tokens: 0` with it scores without generating.
+lm-eval's `local-completions` scores a multiple-choice or perplexity task so (`echo`, `logprobs: 1`, and
+`max_tokens: 1`, whose token it drops: give it `max_length` one less than the model's context).
 
 Refused with a 400 and a one-line OpenAI error (`{"error": {"message", "type": "invalid_request_error",
 "param", "code"}}`): a body that is not a JSON object, a field of the wrong type, a setting out of its range
