@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -93,9 +94,11 @@ def differences(old: dict, new: dict) -> list[str]:
 
 
 def has_diff_command() -> bool:
-    done = subprocess.run([sys.executable, "-m", "nemotron.artifact", "diff", "--help"], capture_output=True,
-                          text=True, check=False)
-    return done.returncode == 0
+    """Whether `python -m nemotron.artifact` offers `diff` (its usage line lists the subcommands)."""
+    done = subprocess.run([sys.executable, "-m", "nemotron.artifact", "--help"], capture_output=True, text=True,
+                          check=False)
+    choices = re.search(r"\{([^}]*)\}", done.stdout.split("\n", 1)[0])  # usage: ... {show,lineage,verify}
+    return choices is not None and "diff" in choices.group(1).split(",")
 
 
 def main() -> int:
@@ -145,6 +148,9 @@ def main() -> int:
                                    str(out / name)], capture_output=True, text=True, check=False)
             sys.stderr.write(diff.stdout + diff.stderr)
         elif first in golden:
+            if args.against is not None:
+                print("  (no `python -m nemotron.artifact diff` here: the comparison with the golden record instead)",
+                      file=sys.stderr)
             for line in differences(golden[first], now[first]):
                 print(f"  {line}", file=sys.stderr)
         else:

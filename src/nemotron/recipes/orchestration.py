@@ -32,6 +32,9 @@ checkpoints there; staging folders of other settings, or that hold a metadata.js
 that was not swapped in, or the old folder caught between the swap and its deletion), are removed
 first. Staging folders are removed, too, when the step turns out to be up to date.
 
+The one exception is a training step that hands its work to Megatron-Bridge (`config.hands_off`):
+its run folder holds absolute paths that a cluster job writes to, so it is re-made in place.
+
 Why this works without copying or rewriting files: metadata.json stores every path inside the folder
 as `./name` and inputs under the same root as `../step` (`nemotron.artifact.locations`), and the
 staging folder is a sibling of the final one, so the same relative paths hold after the swap; the
@@ -89,7 +92,13 @@ def run_step(
             _STEPS.append((name, "skipped"))
             return done
         start = time.perf_counter()
-        if (folder / METADATA).exists():
+        if (folder / METADATA).exists() and getattr(config, "hands_off", False):
+            # A Megatron-Bridge hand-off writes absolute paths into its run folder and a cluster job then
+            # writes there: it cannot be built aside and moved, so it is rewritten in place.
+            print(f"re-running {name}: {cause}; its run folder {folder} is rewritten in place", file=sys.stderr)
+            print(f"[run ] {name}", file=sys.stderr)
+            artifact = main(config)
+        elif (folder / METADATA).exists():
             print(f"re-running {name}: {cause}; the finished artifact in {folder} stays until the new one is "
                   "complete", file=sys.stderr)
             print(f"[run ] {name}", file=sys.stderr)
