@@ -73,7 +73,7 @@ def test_a_forced_rerun_killed_midway_leaves_the_finished_artifact_and_resumes(n
 
     verify = subprocess.run([sys.executable, "-m", "nemotron.artifact", "verify", str(stage / "training")],
                             env=ENV, capture_output=True, text=True, timeout=120)
-    assert verify.returncode == 0 and before in verify.stderr, verify.stdout + verify.stderr
+    assert verify.returncode == 0 and before in verify.stdout + verify.stderr, verify.stdout + verify.stderr
     (staged,) = stage.glob(".training.rerun-*")
     assert not (staged / "metadata.json").exists()
 
