@@ -160,6 +160,32 @@ def test_a_rerun_that_dies_leaves_the_finished_artifact_verifiable_and_is_resume
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train"]  # staging and the old run are gone
 
 
+@dataclass
+class Curate:
+    output_dir: Path
+    threshold: float = 0.8
+
+
+def curate(config: Curate) -> Trained:
+    """A step that makes a nested artifact through run_step (as stage-0 curation makes its synthetic data)."""
+    extra = run_step(train, Config(output_dir=config.output_dir / "synthetic"), Trained)
+    (config.output_dir / "kept.txt").write_text(f"{config.threshold} {extra.digest}")
+    return Trained(path=config.output_dir, config=asdict(config), weights=config.output_dir / "kept.txt",
+                   inputs=[extra]).save()
+
+
+def test_a_rerun_aside_reuses_the_finished_folder_s_nested_artifacts(tmp_path, capsys):
+    """The nested artifact is copied into the staging folder, so its own run_step skips it; the finished
+    folder's copy is left as it was until the swap."""
+    calls.clear()
+    first = run_step(curate, Curate(tmp_path / "curation"), Trained)
+    again = run_step(curate, Curate(tmp_path / "curation", threshold=0.1), Trained)
+    assert calls == [[]]  # the nested step ran once, for the first run
+    assert "[skip] test_orchestration" in capsys.readouterr().err
+    assert again.inputs == first.inputs and again.digest != first.digest
+    assert Trained.from_path(tmp_path / "curation" / "synthetic").digest == first.inputs[0].digest
+
+
 class Tokenized(Artifact):
     tokenizer_dir: ArtifactPath  # a file of another step's artifact
 

@@ -32,6 +32,10 @@ checkpoints there; staging folders of other settings, or that hold a metadata.js
 that was not swapped in, or the old folder caught between the swap and its deletion), are removed
 first. Staging folders are removed, too, when the step turns out to be up to date.
 
+A re-run starts from an empty folder, so what a step caches in its own folder (stage-0 curation's
+receipted shards and tokenizer) is made again; only nested artifact folders (its `synthetic/` data,
+which needs a generation server) are copied in first, and skipped by their own `run_step` when up to date.
+
 The one exception is a training step that hands its work to Megatron-Bridge (`config.hands_off`):
 its run folder holds absolute paths that a cluster job writes to, so it is re-made in place.
 
@@ -58,7 +62,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nemotron import atomic
-from nemotron.artifact import METADATA, Artifact
+from nemotron.artifact import LOCK, METADATA, Artifact
 from nemotron.artifact.fields import execution
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.uptodate import identity, up_to_date
@@ -137,6 +141,7 @@ def _rerun_aside(main: Callable[[Any], A], config: Any, artifact_class: type[A],
     elif staging.exists():
         print(f"[note] resuming the unfinished re-run in {staging}", file=sys.stderr)
     with hold_output_dir(staging):
+        _copy_nested_artifacts(folder, staging)
         made = main(dataclasses.replace(config, output_dir=staging))
         if Path(made.path).resolve() != staging:
             raise NemotronError(f"{main.__module__} saved its artifact in {made.path}, not in its --output-dir "
@@ -148,6 +153,15 @@ def _rerun_aside(main: Callable[[Any], A], config: Any, artifact_class: type[A],
     artifact.verify()
     get_lineage_tracker().log_artifact(artifact)  # the tracker saw it saved in the staging folder
     return artifact
+
+
+def _copy_nested_artifacts(folder: Path, staging: Path) -> None:
+    """Copy the finished folder's nested artifact folders (stage-0 curation's `synthetic/`) into the
+    staging folder, so that the step's own `run_step` on them skips what is up to date (a copy is the
+    same artifact) instead of making it again; copies, so the re-run cannot touch the finished folder."""
+    for nested in sorted(folder.iterdir()):
+        if nested.is_dir() and (nested / METADATA).exists() and not (staging / nested.name).exists():
+            shutil.copytree(nested, staging / nested.name, ignore=shutil.ignore_patterns(LOCK))
 
 
 def _moved(value: Any, old: str, new: str) -> Any:
