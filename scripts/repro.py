@@ -3,8 +3,8 @@
     python scripts/repro.py              # run it into a temp folder, compare with the golden file; exit 1 on a move
     python scripts/repro.py --update     # run it and rewrite the golden file (commit it, and say why)
     python scripts/repro.py --keep runs/repro-before      # also keep the run folder (to diff against later)
-    python scripts/repro.py --against runs/repro-before   # on a move, `python -m nemotron.artifact diff` the
-                                                          # first step that moved against that kept run
+    python scripts/repro.py --against runs/repro-before   # on a move, diff the first step that moved
+                                                          # against that kept run
 
 The pipeline is nano2's stage 0 at tiny scale with a few dozen training steps (`PIPELINE`): data
 curation, training, evaluation, three artifacts. It runs on one core with one torch thread (CPU
@@ -13,11 +13,14 @@ it is split between threads: on one thread the bytes are the same on any machine
 
 The golden file (`tests/golden/repro_digests.json`) holds, per step, the artifact's digest and what it
 covers, read back from the artifact: its config as the digest sees it, its typed fields, its inputs'
-digests and each of its files' sha256. On a mismatch the script names every step that moved, and for
-the first one in pipeline order what differs from the golden record (settings old -> new, fields, files,
-inputs); with `--against DIR` it shows `python -m nemotron.artifact diff` of that step instead, where
-that command exists. A change that moves a digest updates the golden file in the same commit and says
-why in its message.
+digests and each of its files' sha256. On a mismatch the script names every step that moved and, for
+the first one in pipeline order, shows what differs:
+- where `python -m nemotron.artifact diff` exists, its output for that step against the same pipeline
+  run as the commit that last wrote the golden file ran it (a temporary git worktree of that commit),
+  or against the run kept in `--against DIR`;
+- otherwise (or without git history) what differs from the golden record: settings old -> new, typed
+  fields, files, inputs.
+A change that moves a digest updates the golden file in the same commit and says why in its message.
 """
 
 from __future__ import annotations
@@ -52,15 +55,34 @@ def one_core() -> None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
-def run_pipeline(out: Path) -> None:
+def run_pipeline(out: Path, src: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `PIPELINE` into `out` on one core; `src`: run that source tree's nemotron instead of ours."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
     env.pop("NEMOTRON_TRACKER", None)
-    done = subprocess.run([sys.executable, *PIPELINE, "--output-dir", str(out)], env=env, stdin=subprocess.DEVNULL,
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, *PIPELINE, "--output-dir", str(out)], env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, preexec_fn=one_core, check=False)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-4000:])
-        sys.exit(f"error: the repro pipeline failed (exit {done.returncode}): python {' '.join(PIPELINE)}")
+
+
+def reference_run(golden: Path, into: Path) -> Path | None:
+    """The pipeline as the commit that last wrote the golden file runs it (a git worktree of that commit,
+    run into `into`), for `nemotron.artifact diff`; None where that cannot be made (no git history)."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False)
+
+    commit = git("log", "-1", "--format=%H", "--", str(golden)).stdout.strip()
+    tree = into / "source"
+    if not commit or git("worktree", "add", "--detach", str(tree), commit).returncode != 0:
+        return None
+    try:
+        print(f"repro: running the pipeline as {commit[:12]} (the golden file's commit) ran it, to diff against",
+              file=sys.stderr)
+        made = run_pipeline(into / "stage0_pretrain", src=tree / "src")
+    finally:
+        git("worktree", "remove", "--force", str(tree))
+    return into / "stage0_pretrain" if made.returncode == 0 else None
 
 
 def record(folder: Path) -> dict:
@@ -112,7 +134,12 @@ def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="nemotron-repro-") as temp:
         out = (args.keep or Path(temp) / "stage0_pretrain").resolve()
-        run_pipeline(out)
+        done = run_pipeline(out)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr[-4000:])
+            print(f"error: the repro pipeline failed (exit {done.returncode}): python {' '.join(PIPELINE)}",
+                  file=sys.stderr)
+            return 2
         now = {f"stage0_pretrain/{step}": record(out / step) for step in STEPS}
         seconds = time.perf_counter() - started
 
@@ -143,14 +170,13 @@ def main() -> int:
         first = moved[0]
         print(f"repro: first step that moved: {first}", file=sys.stderr)
         name = first.split("/")[-1]
-        if args.against is not None and has_diff_command():
-            diff = subprocess.run([sys.executable, "-m", "nemotron.artifact", "diff", str(args.against / name),
+        diff_here = has_diff_command()
+        against = args.against or (reference_run(args.golden, Path(temp) / "reference") if diff_here else None)
+        if diff_here and against is not None:
+            diff = subprocess.run([sys.executable, "-m", "nemotron.artifact", "diff", str(against / name),
                                    str(out / name)], capture_output=True, text=True, check=False)
             sys.stderr.write(diff.stdout + diff.stderr)
         elif first in golden:
-            if args.against is not None:
-                print("  (no `python -m nemotron.artifact diff` here: the comparison with the golden record instead)",
-                      file=sys.stderr)
             for line in differences(golden[first], now[first]):
                 print(f"  {line}", file=sys.stderr)
         else:
