@@ -39,7 +39,7 @@ which needs a generation server) are copied in first, and skipped by their own `
 The one exception is a training step that hands its work to Megatron-Bridge (`config.hands_off`):
 its run folder holds absolute paths that a cluster job writes to, so it is re-made in place.
 
-Why this works without copying or rewriting files: metadata.json stores every path inside the folder
+Why the swapped-in folder needs no file rewritten: metadata.json stores every path inside the folder
 as `./name` and inputs under the same root as `../step` (`nemotron.artifact.locations`), and the
 staging folder is a sibling of the final one, so the same relative paths hold after the swap; the
 digest names files relative to the artifact folder and leaves config locations out, so it is the same
