@@ -3,6 +3,8 @@
 # make test   runs the whole test suite (CPU, offline) but the benchmarks' quick runs: what CI runs first
 # make test-fast  the same without the tests marked slow (subprocesses, torchrun, whole recipes)
 # make bench-check  runs every benchmarks/*.py in its --quick mode (tests marked bench): CI runs it next
+# make repro      runs a short fixed tiny pipeline on one thread and compares each artifact's digest with
+#                 tests/golden/repro_digests.json (scripts/repro.py; --update rewrites it): CI runs it after the tests
 # make lint       runs ruff (rules and line length in pyproject.toml): what CI runs after the tests
 # make browser    installs Debian's chromium + chromium-driver (apt) for the chat-page test (CI runs it)
 
@@ -14,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE := offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast bench-check lint browser clean
+.PHONY: setup demo test test-fast bench-check repro lint browser clean
 
 setup: $(STAMP)
 
@@ -41,6 +43,11 @@ test-fast: $(STAMP)
 
 bench-check: $(STAMP)
 	$(PY) -m pytest -q -m bench
+
+# A change that moves a digest updates the golden file in the same commit and says why:
+# $(PY) scripts/repro.py --update
+repro: $(STAMP)
+	$(PY) scripts/repro.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks examples scripts

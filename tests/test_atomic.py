@@ -3,6 +3,7 @@
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,18 @@ def test_a_folder_is_swapped_in_whole_or_not_at_all(tmp_path):
         (staging / "new.json").write_text("2")
     assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["new.json"]  # replaced, not merged
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tok"]  # no staging or retired folders
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="renameat2 RENAME_EXCHANGE is Linux's")
+def test_two_folders_are_exchanged_in_one_step_so_the_name_never_goes_missing(tmp_path):
+    """A reader (or a kill) between the steps of a folder swap finds the old folder or the new one."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "which").write_text(name)
+    assert atomic.exchange_folders(tmp_path / "a", tmp_path / "b")
+    assert [(tmp_path / n / "which").read_text() for n in ("a", "b")] == ["b", "a"]
+    with pytest.raises(FileNotFoundError):
+        atomic.exchange_folders(tmp_path / "a", tmp_path / "missing")
 
 
 def test_a_real_step_writes_its_artifact_readable_by_group_and_others(tmp_path):

@@ -19,13 +19,17 @@ like any file a program opens, not the owner-only 0600 / 0700 of `tempfile.mkste
 artifact folder is meant to be read by other users and services (a shared cluster file system, a
 web server showing the report).
 
-An existing folder cannot be renamed over, so `output_folder` moves the old one aside first,
-renames the new one in and then deletes the old one: between the two renames (microseconds) the
-folder is absent, never half written.
+An existing folder cannot be renamed over. On Linux `replace_folder` swaps the two folders in one
+step (`exchange_folders`: renameat2 with RENAME_EXCHANGE), so the folder's name always holds a
+complete folder, the old one or the new one; then it deletes the old one. Where the kernel or the
+file system cannot exchange, it moves the old one aside and renames the new one in: between the two
+renames (microseconds) the folder is absent, never half written.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import secrets
 import shutil
@@ -141,8 +145,32 @@ def replace_folder(new: Path | str, folder: Path | str) -> None:
     if not folder.exists():
         os.replace(new, folder)
         return
-    # rename() cannot replace a non-empty folder: move the old one aside, move the new one in.
     retired = _temp_folder_beside(folder, "old")
-    os.replace(folder, retired / folder.name)
-    os.replace(new, folder)
+    if exchange_folders(new, folder):
+        os.replace(new, retired / folder.name)  # `new` now names the old folder
+    else:
+        # rename() cannot replace a non-empty folder: move the old one aside, move the new one in.
+        os.replace(folder, retired / folder.name)
+        os.replace(new, folder)
     shutil.rmtree(retired, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_AT_FDCWD = -100
+
+
+def exchange_folders(a: Path | str, b: Path | str) -> bool:
+    """Swap two existing paths in one atomic step (Linux renameat2 RENAME_EXCHANGE): True when done.
+
+    False, with nothing changed, where the platform or the file system cannot (not Linux, glibc
+    older than 2.28, a file system without the flag): the caller falls back to two renames.
+    """
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))

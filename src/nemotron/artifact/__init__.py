@@ -28,7 +28,6 @@ Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved ar
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import json
 import sys
@@ -190,36 +189,12 @@ class Artifact(BaseModel):
 
     @classmethod
     def reuse(cls, config: Any, inputs: list[Artifact] = ()) -> Self | None:
-        """The artifact a step already made with exactly this config and these inputs, if intact.
+        """The artifact a step already made in `config.output_dir` with this config and these inputs,
+        if intact; else None. Where a run lives is not part of it (`nemotron.artifact.uptodate`,
+        which also says why a step is not up to date)."""
+        from nemotron.artifact.uptodate import up_to_date
 
-        Lets an orchestrator skip finished steps: the step's `output_dir` holds a metadata.json
-        whose saved config equals this config, whose recorded inputs are these very artifacts
-        (same digests: an upstream step that re-ran invalidates everything after it), and whose
-        files still match its digest.
-        """
-        folder = Path(config.output_dir)
-        if not (folder / METADATA).exists():
-            return None
-        try:
-            art = cls.from_path(folder)
-            art.verify()
-        except NemotronError as e:
-            print(f"re-running {cls.type_name()}: {e}", file=sys.stderr)
-            return None
-        wanted = json.loads(json.dumps(dataclasses.asdict(config), default=str))
-        saved = json.loads(json.dumps(art.config, default=str))
-        if wanted != saved:
-            changed = [f"{key} {saved.get(key)!r} -> {wanted.get(key)!r}" for key in sorted(set(wanted) | set(saved))
-                       if wanted.get(key) != saved.get(key)]
-            print(f"re-running {cls.type_name()}: settings changed since {folder} was made ({'; '.join(changed)}); "
-                  "its outputs will be replaced", file=sys.stderr)
-            return None
-        recorded = {(ref.type, ref.digest) for ref in art.inputs}
-        if any((inp.type, inp.digest) not in recorded for inp in inputs):
-            print(f"re-running {cls.type_name()}: an input was re-made since {folder} was made from it; its "
-                  "outputs will be replaced", file=sys.stderr)
-            return None
-        return art
+        return up_to_date(cls, config, inputs)[0]
 
     def ref(self) -> ArtifactRef:
         return ArtifactRef(type=self.type, path=str(self.path), digest=self.digest)

@@ -129,8 +129,9 @@ def _resolve_locations(data: dict, folder: Path) -> None:
 
 def portable(data: dict, folder: Path, locations: list[str]) -> dict:
     """In place and returned: an artifact's JSON as metadata.json holds it. `path` is `.`, the
-    `locations` fields inside `folder` are `./name`, and inputs that are artifact folders under the
-    same root are `../step`, so that `mv` or `cp -r` of a runs/ tree keeps every reference valid."""
+    `locations` fields inside `folder` are `./name` (in another artifact's folder under the same root,
+    `../step/name`), and inputs that are artifact folders under the same root are `../step`, so that
+    `mv` or `cp -r` of a runs/ tree keeps every reference valid."""
     data["path"] = "."
     for name in locations:
         value = data.get(name)
@@ -150,9 +151,15 @@ def _relative(target: Path, folder: Path) -> str:
 
 
 def _inside(value: str, folder: Path) -> str:
-    """`./name` for a path inside `folder`; anything else stays as it is (absolute)."""
+    """`./name` for a path inside `folder`, `../step/name` for a file of another artifact under the same
+    root (a tokenizer a sibling step made); anything else stays as it is (absolute)."""
     path = Path(value)
-    return _relative(path, folder) if path.is_absolute() and path.is_relative_to(folder) else value
+    if not path.is_absolute():
+        return value
+    if path.is_relative_to(folder):
+        return _relative(path, folder)
+    owner = next((p for p in path.parents if (p / METADATA).exists()), None)
+    return _relative(path, folder) if owner is not None and _share_a_root(owner, folder) else value
 
 
 def _share_a_root(a: Path, b: Path) -> bool:

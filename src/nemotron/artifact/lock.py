@@ -69,7 +69,8 @@ def hold_output_dir(output_dir: str | Path | None) -> Iterator[None]:
         finally:
             del _HELD[folder]
             # Nothing was written (a refused or failed run): leave no folder behind either.
-            if created and [p.name for p in folder.iterdir()] == [LOCK]:
+            # (A folder that is gone, e.g. renamed into place by `run_step`, is left to its new owner.)
+            if created and folder.is_dir() and [p.name for p in folder.iterdir()] == [LOCK]:
                 (folder / LOCK).unlink()
                 for path in created:
                     try:

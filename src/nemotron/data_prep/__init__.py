@@ -1,16 +1,16 @@
 """The data library: sources, blends, filters, dedup, tokenizers, chat templates, bin/idx, packing,
 receipted shard runs on a local pool or Ray, local or object-store storage.
 
-The library API in three names (the rest lives in the submodules, see README.md's layout):
+The library API in four names (the rest lives in the submodules, see README.md's layout):
 
-    from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
+    from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_rl_pipeline, run_sft_pipeline
 
 They are loaded on first use, so importing a submodule (as every pool or Ray worker does) stays cheap.
 """
 
 from __future__ import annotations
 
-__all__ = ["DataBlend", "run_pretrain_pipeline", "run_sft_pipeline"]
+__all__ = ["DataBlend", "run_pretrain_pipeline", "run_rl_pipeline", "run_sft_pipeline"]
 
 
 def __getattr__(name: str):
@@ -18,7 +18,7 @@ def __getattr__(name: str):
         from nemotron.data_prep.blend import DataBlend
 
         return DataBlend
-    if name in ("run_pretrain_pipeline", "run_sft_pipeline"):
+    if name in ("run_pretrain_pipeline", "run_rl_pipeline", "run_sft_pipeline"):
         from nemotron.data_prep import pipeline
 
         return getattr(pipeline, name)

@@ -10,12 +10,15 @@
                               chat_template="nano2", pack_size=4096)
     result.run_hash, result.total_sequences, result.data_paths["train"]  # packed Parquet files
 
+    result = run_rl_pipeline(blend=prompts_blend, output_dir="data/rl")    # RL prompt records, no tokenizer
+    result.run_hash, result.total_records, result.data_paths["train"]    # JSONL files
+
 Each is a visible list of stages (`stages/`), the shape of the Nemotron data-prep cookbook:
 
     plan (driver)   list the blend's files, cut them into work items; no document is read here
     read            a work item's documents (local files, s3:// gs:// hf:// through fsspec)
     filter + split  per document: quality filters, the split from a hash of its id
-    write           tokenize and write one shard per split (bin/idx, packed Parquet: `formats/`)
+    write           tokenize and write one shard per split (bin/idx, packed Parquet, JSONL: `formats/`)
     finalize        receipts -> statistics, `data_paths.json`, `blend.json`
 
 To customise, copy the function and edit its `stages` list (docs/data-prep.md: how to add a stage).
@@ -150,6 +153,43 @@ def run_sft_pipeline(
                      data_paths=paths, counts=counts, statuses=statuses,
                      total_sequences=sum(s.totals.get("rows", 0) for s in splits.values()),
                      total_conversations=sum(s.totals.get("conversations", 0) for s in splits.values()))
+
+
+@dataclass
+class RLResult(PipelineResult):
+    total_records: int = 0  # records written, every split (after the transform's skips)
+    skipped_records: int = 0  # records the transform skipped (they did not have its shape)
+
+
+def run_rl_pipeline(
+    blend: DataBlend,
+    output_dir: str | Path,
+    num_shards: int = 1,
+    transform: str = "passthrough",
+    executor: str = "local",
+    workers: int = 1,
+    work_item_bytes: int = WORK_ITEM_BYTES,
+) -> RLResult:
+    """Split a blend of RL records (one JSON object per line: a prompt's `messages` and what its reward
+    needs, e.g. `answer`) into JSONL shards per split, each record through the JSONL format's named
+    `transform` (`formats/jsonl.py`: passthrough keeps it whole, openai_chat normalizes its messages).
+
+    No tokenizer: an RL trainer tokenizes prompts itself. A record's split comes from a hash of its
+    "id" (else of its canonical JSON), so the same record lands in the same split however the blend is
+    cut into work items. Records are written canonically (keys sorted), so equal data gives equal bytes.
+    """
+    check_executor(executor)
+    stages = [
+        ReadStage(mode="chat"),                 # each line a record; malformed lines counted, not fatal
+        FilterSplitStage(blend.split),          # the split from a hash of the record's id
+        TokenizeWriteStage("jsonl", None, {"transform": transform}, record="chat"),  # one JSONL per split
+    ]
+    splits, counts, statuses, run = _run(blend, stages, output_dir, num_shards, work_item_bytes, executor, workers)
+    paths = write_data_paths(output_dir, splits)
+    return RLResult(run_hash=run.run_hash, output_dir=run.output_dir, tokenizer="", splits=splits,
+                    data_paths=paths, counts=counts, statuses=statuses,
+                    total_records=sum(s.totals.get("written", 0) for s in splits.values()),
+                    skipped_records=sum(s.totals.get("skipped", 0) for s in splits.values()))
 
 
 # ---------------------------------------------------------------------------------------------------
