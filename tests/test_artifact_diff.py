@@ -73,7 +73,7 @@ def test_the_same_artifact_made_in_two_folders_is_identical_and_only_its_locatio
     (pair,) = report["artifacts"]
     assert pair["config"] == [] and pair["content"]["data_identical"]
     assert [(c["key"], c["a"], c["b"]) for c in pair["locations"]] == [("cache.hub_dir", "/data/one", "/data/two")]
-    assert "identical: 1 artifact(s)" in "\n".join(render(report))
+    assert "identical: 1 artifact, same digests" in "\n".join(render(report))
 
 
 def test_a_changed_setting_that_removed_nothing_is_a_config_difference_with_identical_data(tmp_path):

@@ -9,8 +9,8 @@ node shows its type, digest, producer, config, typed fields, metrics, the curves
 (`metrics_path`, or a metrics.jsonl in its folder: what training steps write) and the report card of
 its run (`report/report.md` in its folder or a folder above it, up to RUNS). Selecting two (tick
 "compare", or shift-click) shows `python -m nemotron.artifact diff` of the two, computed here for every
-pair by `nemotron.artifact.diff`. The same folder gives the same bytes: everything is sorted and
-nothing of the moment (time, host) is written.
+pair by `nemotron.artifact.diff`. `runs.html#<node>` opens with a node selected, `#<node>|<node>` with
+a diff. The same folder gives the same bytes: everything is sorted and nothing of the moment (time, host) is written.
 """
 
 from __future__ import annotations

@@ -192,7 +192,8 @@ def paired_inputs(a: list[dict], b: list[dict]) -> dict[tuple[str, int], tuple[d
 
 def summary(pair: dict[str, Any]) -> str:
     """One line: "same config, data identical, other thread count (2 -> 1)"."""
-    parts = ["same config" if not pair["config"] else f"{len(pair['config'])} config fields differ"]
+    changed = len(pair["config"])
+    parts = ["same config" if not changed else f"{plural(changed, 'config field')} differ{'s' * (changed == 1)}"]
     content = pair["content"]
     if content["data_identical"]:
         parts.append("data identical")
@@ -202,6 +203,10 @@ def summary(pair: dict[str, Any]) -> str:
     for change in pair["producer"]:
         parts.append(f"other {PRODUCER_FACTS[change['key']]} ({short(change['a'])} -> {short(change['b'])})")
     return ", ".join(parts)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def short(value: Any) -> str:
@@ -342,7 +347,7 @@ def render(report: dict[str, Any]) -> list[str]:
     lines = [f"A: {report['a']}", f"B: {report['b']}"]
     first = report["first_difference"]
     if report["identical"]:
-        lines.append(f"identical: {len(report['artifacts'])} artifact(s), same digests")
+        lines.append(f"identical: {plural(len(report['artifacts']), 'artifact')}, same digests")
     elif first:
         lines.append(f"first difference: {first['name']}: {first['reason']}")
     for name in report["only_in_a"]:
@@ -373,7 +378,7 @@ def render_pair(pair: dict[str, Any]) -> list[str]:
     group("locations", pair["locations"])
     content = pair["content"]
     if content["data_identical"]:
-        lines.append(f"  {'content':<10} data identical ({content['files_a']} files)")
+        lines.append(f"  {'content':<10} data identical ({plural(content['files_a'], 'file')})")
     for i, f in enumerate(content["differing_files"]):
         lines.append(f"  {'content' if i == 0 else '':<10} {f['name']}: {short(f['a'])} -> {short(f['b'])}")
     for i, c in enumerate(pair["inputs"]):
