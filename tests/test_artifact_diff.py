@@ -95,13 +95,14 @@ def test_files_typed_fields_and_metrics_differences_are_reported_apart_with_delt
     a = make_model(tmp_path / "a", make_shards(tmp_path / "d", {}, ["x"]), "w1", 2.5)
     b = make_model(tmp_path / "b", make_shards(tmp_path / "d", {}, ["x"]), "w2", 2.0)
     (pair,) = [p for p in diff_paths(a.path, b.path)["artifacts"] if p["a"] == str(a.path)]
-    # a typed field is what was made: it is with the config, not with the metrics
-    assert pair["differs"] and [(c["key"], c["a"], c["b"]) for c in pair["config"]] == [("training_loss", 2.5, 2.0)]
+    # a typed field is what was made: apart from the config (the same) and from the metrics
+    assert pair["differs"] and pair["config"] == []
+    assert [(c["key"], c["a"], c["b"], c["delta"]) for c in pair["fields"]] == [("training_loss", 2.5, 2.0, -0.5)]
     assert [(f["name"], f["a"] is not None, f["b"] is not None) for f in pair["content"]["differing_files"]] == \
         [("weights.pt", True, True)]
     assert {c["key"]: c["delta"] for c in pair["metrics"]} == {"training_loss": -0.5}
     assert pair["locations"] == []  # the same dataset (../d) and files (./weights.pt), seen from each folder
-    assert "1 of 1 files differ" in pair["summary"]
+    assert pair["summary"] == "same config, 1 typed field differs, 1 of 1 files differ"
 
 
 def test_same_config_other_thread_count_is_said_and_does_not_make_two_artifacts_differ(tmp_path):

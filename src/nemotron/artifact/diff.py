@@ -8,7 +8,8 @@ artifact folders below it). Runs pair their artifacts by the path relative to th
 artifacts pair their upstream artifacts by following `inputs` (same type, same position). Each pair
 is reported in groups kept apart, because they mean different things:
 
-- type, and `config` fields (nested keys dotted) and typed fields: what the step was asked to make;
+- type and `config` fields (nested keys dotted): what the step was asked to make; the typed fields
+  of its class (counts, losses): what it made;
 - locations (`*_dir`, `*_path`, `*_artifact`) and execution keys (`workers`, `num_threads`, `force`):
   where and how it ran, never what it made (the digest leaves them out too, `nemotron.artifact.digest`);
 - content: each file the artifact vouches for, by its sha256 and its name relative to the folder;
@@ -19,7 +20,7 @@ is reported in groups kept apart, because they mean different things:
 
 Two lineages part at the most upstream pair whose digest differs while every artifact input it
 recorded is the same on both sides: "first difference: stage0_pretrain/data_curation: num_shards 4 -> 8".
-Identical means every pair has the same type, identity config, files, inputs and digest; locations,
+Identical means every pair has the same type, config, typed fields, files, inputs and digest; locations,
 execution keys, metrics and producer facts are reported but do not make two runs differ.
 """
 
@@ -141,7 +142,8 @@ def compare(a: Facts, b: Facts, name: str) -> dict[str, Any]:
     located = [c for c in config if is_location_key(c["key"])]
     located += [c for c in typed if is_location_key(c["key"]) or is_path_value(c["a"] or c["b"])]
     execution = [c for c in config if c["key"].rsplit(".", 1)[-1] in EXECUTION_KEYS and c not in located]
-    identity = [c for c in config + typed if c not in located and c not in execution]
+    asked = [c for c in config if c not in located and c not in execution]
+    made = [c for c in typed if c not in located]
     files = [{"name": n, "a": a.files.get(n), "b": b.files.get(n)}
              for n in sorted(set(a.files) | set(b.files)) if a.files.get(n) != b.files.get(n)]
     producer = changes({k: v for k, v in (a.data.get("producer") or {}).items() if k in PRODUCER_FACTS},
@@ -149,12 +151,12 @@ def compare(a: Facts, b: Facts, name: str) -> dict[str, Any]:
     inputs = input_changes(a.data.get("inputs") or [], b.data.get("inputs") or [])
     kinds = {"a": a.data.get("type"), "b": b.data.get("type")}
     type_change = None if kinds["a"] == kinds["b"] else kinds
-    differs = bool(type_change or identity or files or inputs) or a.data.get("digest") != b.data.get("digest")
+    differs = bool(type_change or asked or made or files or inputs) or a.data.get("digest") != b.data.get("digest")
     pair = {
         "name": name, "a": str(a.path), "b": str(b.path), "differs": differs,
         "type": type_change or a.data.get("type"),
         "digest": {"a": a.data.get("digest"), "b": b.data.get("digest")},
-        "config": identity, "locations": located, "execution": execution,
+        "config": asked, "fields": made, "locations": located, "execution": execution,
         "content": {"files_a": len(a.files), "files_b": len(b.files), "differing_files": files,
                     "data_identical": bool(a.files) and not files},
         "inputs": inputs,
@@ -194,6 +196,8 @@ def summary(pair: dict[str, Any]) -> str:
     """One line: "same config, data identical, other thread count (2 -> 1)"."""
     changed = len(pair["config"])
     parts = ["same config" if not changed else f"{plural(changed, 'config field')} differ{'s' * (changed == 1)}"]
+    if pair["fields"]:
+        parts.append(f"{plural(len(pair['fields']), 'typed field')} differ{'s' * (len(pair['fields']) == 1)}")
     content = pair["content"]
     if content["data_identical"]:
         parts.append("data identical")
@@ -231,7 +235,7 @@ def reason(pair: dict[str, Any]) -> str:
         where = (change["a"] or change["b"])["path"]
         return f"input {change['type']} {where} changed ({short((change['a'] or {}).get('digest'))} -> " \
                f"{short((change['b'] or {}).get('digest'))})"
-    if pair["content"]["differing_files"]:
+    if pair["content"]["differing_files"] or pair["fields"]:
         return pair["summary"].replace("same config", "same config, other content", 1)
     return f"digest {short(pair['digest']['a'])} -> {short(pair['digest']['b'])}; nothing else recorded differs"
 
@@ -354,6 +358,7 @@ def render(report: dict[str, Any]) -> list[str]:
         lines.append(f"only in A: {name}")
     for name in report["only_in_b"]:
         lines.append(f"only in B: {name}")
+    lines.append("")
     for pair in report["artifacts"]:
         lines += render_pair(pair)
     return lines
@@ -364,8 +369,8 @@ def render_pair(pair: dict[str, Any]) -> list[str]:
     kind = pair["type"] if isinstance(pair["type"], str) else f"{pair['type']['a']} -> {pair['type']['b']}"
     if not pair["differs"]:
         head = f"same     {pair['name']}  {kind}  {short(digest['a'])}"
-        return ["", head + (f"  ({pair['summary']})" if pair["producer"] else "")]
-    lines = ["", f"differs  {pair['name']}  {kind}  {short(digest['a'])} -> {short(digest['b'])}",
+        return [head + (f"  ({pair['summary']})" if pair["producer"] else "")]
+    lines = [f"differs  {pair['name']}  {kind}  {short(digest['a'])} -> {short(digest['b'])}",
              f"  {pair['summary']}"]
 
     def group(title: str, items: list[dict]) -> None:
@@ -374,6 +379,7 @@ def render_pair(pair: dict[str, Any]) -> list[str]:
             lines.append(f"  {title if i == 0 else '':<10} {c['key']}: {short(c['a'])} -> {short(c['b'])}{delta}")
 
     group("config", pair["config"])
+    group("fields", pair["fields"])
     group("execution", pair["execution"])
     group("locations", pair["locations"])
     content = pair["content"]
@@ -387,4 +393,4 @@ def render_pair(pair: dict[str, Any]) -> list[str]:
                      f"{short(a.get('digest'))} -> {short(b.get('digest'))}")
     group("metrics", pair["metrics"])
     group("producer", pair["producer"])
-    return lines
+    return [*lines, ""]
