@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from builders import write_plays_blend  # tests/ is on sys.path under pytest
-from nemotron.artifact import METADATA, Artifact, ArtifactPath
+from nemotron.artifact import METADATA, Artifact, ArtifactPath, source_ref
 from nemotron.artifact.diff import diff_paths, render
 from nemotron.errors import NemotronError
 
@@ -144,6 +144,19 @@ def test_an_upstream_step_whose_config_is_the_same_but_whose_files_differ_is_nam
     first = diff_paths(a, b)["first_difference"]
     assert first["name"] == "stage0/data"
     assert first["reason"] == "same config, other content, 1 of 1 files differ"
+
+
+def test_a_raw_source_that_changed_under_the_same_config_is_named_as_the_cause(tmp_path):
+    for run, text in (("A", "to be"), ("B", "not to be")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "corpus.txt").write_text(text)
+        (tmp_path / run / "data" / "shards").mkdir(parents=True)
+        (tmp_path / run / "data" / "shards" / "0.bin").write_text(text)
+        Shards(path=tmp_path / run / "data", shards=tmp_path / run / "data" / "shards", documents=1,
+               inputs=[source_ref(tmp_path / run / "corpus.txt")]).save(step="curate")
+    first = diff_paths(tmp_path / "A", tmp_path / "B")["first_difference"]
+    assert first["name"] == "data"
+    assert first["reason"].startswith(f"input source {tmp_path / 'A' / 'corpus.txt'} changed (")
 
 
 def test_the_command_line_exit_codes_json_and_one_error_line(tmp_path):

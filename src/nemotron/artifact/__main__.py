@@ -66,11 +66,11 @@ class Verify:
 class Diff:
     """Compare two artifacts or two runs: what differs, and the first step at which their lineages part."""
 
-    a: tyro.conf.Positional[Path]
+    a: tyro.conf.Positional[Annotated[Path, tyro.conf.arg(metavar="A")]]
     """The old side: an artifact folder, or a run folder (artifact folders below it)."""
-    b: tyro.conf.Positional[Path]
+    b: tyro.conf.Positional[Annotated[Path, tyro.conf.arg(metavar="B")]]
     """The new side, of the same kind as A."""
-    json: bool = False
+    json: tyro.conf.FlagCreatePairsOff[bool] = False
     """Print the report as JSON (for scripts) instead of text."""
 
 
@@ -78,7 +78,7 @@ class Diff:
 class Browse:
     """Write one self-contained HTML page of every artifact under RUNS: lineage graph, details, diffs."""
 
-    runs: tyro.conf.Positional[Path]
+    runs: tyro.conf.Positional[Annotated[Path, tyro.conf.arg(metavar="RUNS")]]
     """A folder with artifact folders below it (one run, or many)."""
     output: Annotated[Path, tyro.conf.arg(aliases=("-o",))] = Path("runs.html")
     """The HTML file to write."""
