@@ -21,7 +21,8 @@ import httpx
 import pytest
 import torch
 
-from builders import make_chat_checkpoint, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
+from browser import headless_chromium  # tests/ is on sys.path under pytest
+from builders import make_chat_checkpoint, make_pretrain_checkpoint
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint
 from nemotron.serve.reasoning import ReasoningSplitter, split
@@ -386,38 +387,6 @@ def test_sdg_endpoint_extra_body_turns_reasoning_off(server):
 
 
 # ------------------------------------------------------------------ the chat page in a real headless browser
-
-
-def headless_chromium():
-    """A Selenium driver of the system's Chromium (Debian: apt-get install chromium chromium-driver), or a skip
-    that says what is missing; where NEMOTRON_REQUIRE_BROWSER=1 (.ci/run) a missing browser fails instead."""
-    import os
-    import shutil
-
-    names = ("chromium", "chromium-browser", "google-chrome")
-    browser = next((shutil.which(n) for n in names if shutil.which(n)), None)
-    driver_path = shutil.which("chromedriver")
-    try:
-        from selenium import webdriver
-    except ImportError:
-        webdriver = None
-    missing = [what for what, found in (("chromium", browser), ("chromedriver", driver_path),
-                                        ("selenium (pip install -e .[test])", webdriver)) if not found]
-    if missing:
-        reason = (f"no headless browser for the chat-page test: {', '.join(missing)} not installed "
-                  "(apt-get install chromium chromium-driver)")
-        if os.environ.get("NEMOTRON_REQUIRE_BROWSER") == "1":
-            pytest.fail(reason + "; NEMOTRON_REQUIRE_BROWSER=1 requires it")
-        pytest.skip(reason)
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1100,760"):
-        options.add_argument(flag)
-    # an explicit driver path: Selenium Manager would otherwise try to download one
-    return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
 
 
 def test_the_page_streams_the_same_greedy_answer_with_reasoning_apart_in_a_real_browser(server, client):
