@@ -76,7 +76,8 @@ from nemotron.errors import NemotronError
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
     "EXECUTION_KEYS", "LOCATION_SUFFIXES", "LOCK", "METADATA", "SCALES", "SCHEMA_VERSION", "TINY_CAP",
-    "Artifact", "ArtifactPath", "ArtifactPrefix", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text", "bookkeeping",
+    "Artifact", "ArtifactPath", "ArtifactPrefix", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text",
+    "bookkeeping",
     "execution", "find_on_stdin",
     "git_revision", "mark_unfinished", "print_complete", "read_metadata", "read_stdin_artifacts", "sha256_file",
     "source_ref", "summary_table",
