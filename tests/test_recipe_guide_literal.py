@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from conftest import PYTHON
 
 ARTIFACTS = '''

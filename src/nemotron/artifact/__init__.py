@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nemotron import atomic
-from nemotron.artifact.digest import content_digest, file_hashes, sha256_file, with_location_names
+from nemotron.artifact.digest import content_digest, file_hashes, files_changed, sha256_file, with_location_names
 from nemotron.artifact.fields import EXECUTION_KEYS, LOCATION_SUFFIXES, bookkeeping, execution
 from nemotron.artifact.locations import (
     LOCK,
@@ -226,12 +226,9 @@ class Artifact(BaseModel):
         self.check_files()
         hashes = self.hash_files()
         if self.file_hashes is not None and hashes != self.file_hashes:
-            saved = self.file_hashes
-            changed = [f"{name} {'added' if name not in saved else 'missing' if name not in hashes else 'changed'}"
-                       for name in sorted(saved.keys() | hashes.keys()) if saved.get(name) != hashes.get(name)]
             raise NemotronError(
-                f"{self.path}: {', '.join(changed)} since the step saved it; re-run the step, or with the recipe "
-                "orchestrator pass --force"
+                f"{self.path}: {files_changed(self.file_hashes, hashes)} since the step saved it; re-run the step, "
+                "or with the recipe orchestrator pass --force"
             )
         if self.compute_digest(hashes) != self.digest:
             cause = ("its files are unchanged, so a field of metadata.json was edited" if self.file_hashes is not None

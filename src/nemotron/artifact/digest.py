@@ -62,6 +62,15 @@ def file_hashes(files: Iterable[Path], root: Path) -> dict[str, str]:
     return hashes
 
 
+def files_changed(saved: dict[str, str], now: dict[str, str]) -> str:
+    """What differs between two `file_hashes`, for an error: "model/x.bin changed, notes.txt added"."""
+    def what(name: str) -> str:
+        return "added" if name not in saved else "missing" if name not in now else "changed"
+
+    return ", ".join(f"{name} {what(name)}" for name in sorted(saved.keys() | now.keys())
+                     if saved.get(name) != now.get(name))
+
+
 def files_digest(files: Iterable[Path], root: Path, h: Any = None) -> Any:
     """Feed each file under `files` (name relative to `root`, then its sha256) into a sha256; returns it."""
     h = h or hashlib.sha256()
