@@ -11,16 +11,21 @@ artifacts it consumed, so lineage is recorded on the consumer), by whom (`produc
     return Checkpoint(path=out, config=asdict(cfg), scale=cfg.scale, seed=cfg.seed,
                       inputs=[dataset], model_dir=out / "model", training_loss=loss).save()
 
+A step that leaves out `config=` or `inputs=` still records them: `save()` takes the Config that
+`nemotron.cli.run` parsed, and every artifact the process loaded (`provenance.loaded_refs`). Its typed
+fields, plain `Path` fields included, are checked and digested (`digest`).
+
 Where an input comes from (`Artifact.load`), in this order:
   1. an explicit path (`--dataset-path runs/x`), the folder holding metadata.json;
   2. a tracked artifact (`--dataset-artifact name:latest`, `tracked_artifact=`), resolved by the tracker;
   3. the JSON the previous step printed on stdin, only when stdin is not a terminal.
 
 This module is the contract (the `Artifact` model, `apply_scale`); one concept per module beside it:
-`locations` (absolute in memory, relative in metadata.json; `ArtifactPath`, `mark_unfinished`),
-`digest` (what the content hash covers), `fields` (a Config field's role: content, location,
-execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git),
-`pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage` and `upstream`.
+`locations` (absolute in memory, relative in metadata.json; `ArtifactPath`, `ArtifactPrefix`,
+`mark_unfinished`), `digest` (what the content hash covers), `fields` (a Config field's role: content,
+location, execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git, what this
+process loaded), `pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage`
+and `upstream`.
 The names steps use from the first five (`__all__`) are importable from `nemotron.artifact` too.
 
 Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
