@@ -126,14 +126,14 @@ def run_facts() -> dict:
 
 
 def _torch_device(torch) -> str | None:
-    """Where torch puts a new tensor by default ("cpu", "cuda:0"); None when it cannot say."""
+    """Where the step computed: the current CUDA device once the step has used CUDA, else torch's default
+    device for new tensors ("cpu"); None when torch cannot say."""
     try:
-        device = torch.get_default_device()
+        if torch.cuda.is_initialized():
+            return f"cuda:{torch.cuda.current_device()}"
+        return str(torch.get_default_device())
     except (AttributeError, RuntimeError):
         return None
-    if device.type == "cuda" and device.index is None and torch.cuda.is_initialized():
-        return f"cuda:{torch.cuda.current_device()}"
-    return str(device)
 
 
 # -- what this process has done -------------------------------------------------------------------
