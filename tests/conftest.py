@@ -58,12 +58,16 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(autouse=True)
 def _fresh_tracker_and_stdin():
-    """Each test starts with the default (NoOp) tracker and no cached stdin artifacts."""
+    """Each test starts with the default (NoOp) tracker, no cached stdin artifacts, and a process that
+    has loaded no artifact and parsed no step Config (as a fresh step process)."""
     import nemotron.artifact.pipe as pipe
     import nemotron.trackers as trackers
+    from nemotron.artifact.provenance import forget_process_state
 
     trackers._ACTIVE = None
     pipe._STDIN = None
+    forget_process_state()
     yield
     trackers._ACTIVE = None
     pipe._STDIN = None
+    forget_process_state()

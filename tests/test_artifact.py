@@ -268,6 +268,6 @@ def test_an_upstream_input_comes_from_its_flag_else_the_pipe_else_the_lineage(tm
     assert found(by_path) == recorded.path and pipe._STDIN is None  # stdin never read
     assert found(Config()) == piped.path
     (tmp_path / "bare").mkdir()
-    bare = Checkpoint(path=tmp_path / "bare").save()
+    bare = Checkpoint(path=tmp_path / "bare", inputs=[]).save()  # explicit: this process loaded datasets above
     with pytest.raises(NemotronError, match="none recorded in the inputs of .*bare; pass its folder with --base-data"):
         load_upstream_input(Dataset, by_path, "base_dataset", made_from=[bare])

@@ -106,7 +106,7 @@ def test_evaluation_puts_moe_dense_and_unigram_side_by_side(dataset, moe, dense,
                                                 max_tokens=2000, output_dir=tmp_path / "eval"))
     for value in (results.moe_bits_per_byte, results.dense_bits_per_byte, results.unigram_bits_per_byte):
         assert 0 < value < 10
-    assert results.moe_train_seconds > 0 and results.dense_train_seconds > 0
+    assert results.metrics["moe_train_seconds"] > 0 and results.metrics["dense_train_seconds"] > 0
     assert results.metrics["moe_active_parameters"] == moe.active_parameters
     with pytest.raises(NemotronError, match="pass the MoE checkpoint as --checkpoint-path"):
         evaluation.main(evaluation.Config(checkpoint_path=dense.path, dense_checkpoint_path=moe.path,

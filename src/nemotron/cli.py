@@ -7,14 +7,27 @@ A step file ends with
 
 which is `tyro.cli(Config)` (flags from the dataclass fields and their docstrings; the module
 docstring is the --help text), then `main(config)` while holding the lock of `config.output_dir`
-(one run per output folder: `nemotron.artifact.lock`), then `print_complete(...)` on stdout. A
-`NemotronError` anywhere becomes `error: <one line>` on stderr and exit status 2, with nothing on
-stdout, so a broken pipe stage stops the pipe instead of feeding garbage to the next step.
+(one run per output folder: `nemotron.artifact.lock`), then `print_complete(...)` on stdout. The
+parsed Config is what the artifacts the step saves record as their `config` when the step gives none
+(`nemotron.artifact.provenance.set_step_config`).
+
+Failing, a step says one line and stops the pipe instead of feeding garbage to the next step:
+- a `NemotronError` anywhere: `error: <one line>` on stderr, exit status 2, nothing on stdout;
+- a bad flag: tyro's error box reduced to one line, with tyro's close match if it has one
+  (`error: unrecognized options: --stepz (did you mean --steps?); see --help`), exit status 2;
+  `--help` prints the full help as before;
+- stdout's reader gone (a later step in the pipe failed): nothing at all, exit status 141
+  (`nemotron.artifact.pipe.reader_gone`), so the failed step's line is the only message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import inspect
+import io
+import json
+import re
 import sys
 import typing
 from collections.abc import Callable
@@ -24,6 +37,7 @@ import tyro
 
 from nemotron.artifact import SCALES, Artifact, print_complete
 from nemotron.artifact.lock import hold_output_dir
+from nemotron.artifact.provenance import set_step_config
 from nemotron.errors import NemotronError
 from nemotron.trackers import get_lineage_tracker
 
@@ -45,7 +59,56 @@ def parse(main: Callable[[Any], Any], args: list[str] | None = None) -> Any:
     first = next(iter(inspect.signature(main).parameters))
     config_type = typing.get_type_hints(main)[first]
     doc = sys.modules[main.__module__].__doc__
-    return tyro.cli(config_type, args=args, description=doc)
+    return parse_flags(config_type, args, description=doc)
+
+
+def parse_flags(config_type: type, args: list[str] | None = None, description: str | None = None) -> Any:
+    """`tyro.cli(config_type)`, with a bad flag reported as one `error:` line (exit 2), not tyro's box."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            config = tyro.cli(config_type, args=args, description=description)
+    except SystemExit as e:
+        if e.code not in (0, None):
+            print(f"error: {usage_error(captured.getvalue())}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+        sys.stderr.write(captured.getvalue())
+        raise
+    sys.stderr.write(captured.getvalue())  # a warning tyro printed on the way
+    return config
+
+
+def usage_error(box: str) -> str:
+    """tyro's error box in one line: its first paragraph under the title, the first flag under "Perhaps
+    you meant:" as "did you mean", and "see --help".
+
+        ╭─ Unrecognized options ──────────╮
+        │ Unrecognized options: --stepz   │      ->  unrecognized options: --stepz
+        │ ─────────────────────────────── │          (did you mean --steps?); see --help
+        │ Perhaps you meant:              │
+        │     --steps INT                 │
+        │ ...                             │
+    """
+    text = re.sub(r"\x1b\[[0-9;]*m", "", box)  # colours, when stdout is a terminal
+    rows = [line.strip().strip("│╭╮╰╯|").strip() for line in text.splitlines()]
+    # A rule: a line of ─ (the top border, with the title in it) or of - (tyro without UTF-8).
+    rules = [i for i, row in enumerate(rows) if row.startswith("─") or (row and set(row) == {"-"})]
+    paragraphs: list[list[str]] = [[]]
+    for i in range(rules[0] + 1 if rules else 0, len(rows)):  # what follows the title
+        if i in rules:
+            paragraphs.append([])
+        elif rows[i]:
+            paragraphs[-1].append(rows[i])
+    paragraphs = [p for p in paragraphs if p]
+    if not paragraphs:
+        return "bad command-line flags; see --help"
+    message = " ".join(paragraphs[0]).removeprefix("error:").strip().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    for paragraph in paragraphs[1:]:
+        if paragraph[0].startswith("Perhaps you meant") and len(paragraph) > 1:
+            message += f" (did you mean {paragraph[1].split()[0]}?)"
+            break
+    return f"{message}; see --help"
 
 
 # Called after a successful run, in order, once the artifacts are printed: what an orchestrator wants a
@@ -57,6 +120,8 @@ def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] |
     try:
         config = parse(main, args)
         check_scale(config)
+        if dataclasses.is_dataclass(config):
+            set_step_config(json.loads(json.dumps(dataclasses.asdict(config), default=str)))
         with hold_output_dir(getattr(config, "output_dir", None)):
             made = main(config)
         print_complete(made)

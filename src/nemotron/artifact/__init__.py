@@ -11,16 +11,21 @@ artifacts it consumed, so lineage is recorded on the consumer), by whom (`produc
     return Checkpoint(path=out, config=asdict(cfg), scale=cfg.scale, seed=cfg.seed,
                       inputs=[dataset], model_dir=out / "model", training_loss=loss).save()
 
+A step that leaves out `config=` or `inputs=` still records them: `save()` takes the Config that
+`nemotron.cli.run` parsed, and every artifact the process loaded (`provenance.loaded_refs`). Its typed
+fields, plain `Path` fields included, are checked and digested (`digest`).
+
 Where an input comes from (`Artifact.load`), in this order:
   1. an explicit path (`--dataset-path runs/x`), the folder holding metadata.json;
   2. a tracked artifact (`--dataset-artifact name:latest`, `tracked_artifact=`), resolved by the tracker;
   3. the JSON the previous step printed on stdin, only when stdin is not a terminal.
 
 This module is the contract (the `Artifact` model, `apply_scale`); one concept per module beside it:
-`locations` (absolute in memory, relative in metadata.json; `ArtifactPath`, `mark_unfinished`),
-`digest` (what the content hash covers), `fields` (a Config field's role: content, location,
-execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git),
-`pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage` and `upstream`.
+`locations` (absolute in memory, relative in metadata.json; `ArtifactPath`, `ArtifactPrefix`,
+`mark_unfinished`), `digest` (what the content hash covers), `fields` (a Config field's role: content,
+location, execution, bookkeeping), `provenance` (`Producer`, `ArtifactRef`, `source_ref`, git, what this
+process loaded), `pipe` (stdin and stdout between steps), `lock` (one run per output folder), `lineage`
+and `upstream`.
 The names steps use from the first five (`__all__`) are importable from `nemotron.artifact` too.
 
 Run `python -m nemotron.artifact show|lineage|verify PATH` to inspect a saved artifact.
@@ -37,13 +42,14 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nemotron import atomic
-from nemotron.artifact.digest import content_digest, sha256_file
+from nemotron.artifact.digest import content_digest, file_hashes, files_changed, sha256_file, with_location_names
 from nemotron.artifact.fields import EXECUTION_KEYS, LOCATION_SUFFIXES, bookkeeping, execution
 from nemotron.artifact.locations import (
     LOCK,
     METADATA,
     ArtifactPath,
-    is_file_field,
+    ArtifactPrefix,
+    file_fields,
     location_fields,
     mark_unfinished,
     metadata_file,
@@ -63,14 +69,19 @@ from nemotron.artifact.provenance import (
     calling_step,
     class_spec,
     git_revision,
+    loaded_refs,
+    record_loaded,
+    run_facts,
     source_ref,
+    step_config,
 )
 from nemotron.errors import NemotronError
 
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
     "EXECUTION_KEYS", "LOCATION_SUFFIXES", "LOCK", "METADATA", "SCALES", "SCHEMA_VERSION", "TINY_CAP",
-    "Artifact", "ArtifactPath", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text", "bookkeeping",
+    "Artifact", "ArtifactPath", "ArtifactPrefix", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text",
+    "bookkeeping",
     "execution", "find_on_stdin",
     "git_revision", "mark_unfinished", "print_complete", "read_metadata", "read_stdin_artifacts", "sha256_file",
     "source_ref", "summary_table",
@@ -109,6 +120,14 @@ class Artifact(BaseModel):
     scale: str = "tiny"
     seed: int = 0
     digest: str | None = None
+    # sha256 of each file the artifact vouches for, by its name relative to the folder: what `verify`
+    # compares to name the file that changed. None in metadata.json written before it was recorded.
+    file_hashes: dict[str, str] | None = None
+
+    # The fields the digest leaves out (where, when, who, how fast) or covers on their own (files,
+    # config, inputs): see `nemotron.artifact.digest`.
+    NOT_IDENTITY: ClassVar[frozenset[str]] = frozenset(
+        {"path", "created_at", "producer", "metrics", "digest", "file_hashes", "config", "inputs"})
 
     # The step that makes this artifact ("package.module" or a script path), named in errors when an
     # input is missing. Default: the module that defines the class, when that module is a step.
@@ -153,38 +172,74 @@ class Artifact(BaseModel):
 
     # -- files -------------------------------------------------------------------------------
 
+    def field_files(self) -> list[tuple[str, Path]]:
+        """(field, path) for each file this artifact's fields reference: its `ArtifactPath` and plain
+        `Path` fields (single, optional or lists)."""
+        found = []
+        for name in file_fields(type(self).model_fields):
+            value = getattr(self, name)
+            found += [(name, Path(v)) for v in (value if isinstance(value, list) else [value]) if v is not None]
+        return found
+
     def files(self) -> list[Path]:
-        """Every file or folder this artifact references (its `ArtifactPath` fields).
+        """Every file or folder this artifact references (its file fields, `field_files`).
 
         Subclasses whose files are not plain fields (e.g. bin/idx prefixes) extend this list.
         """
-        found: list[Path] = []
-        for name, field in type(self).model_fields.items():
-            if not is_file_field(field):
-                continue
-            value = getattr(self, name)
-            found.extend(value if isinstance(value, list) else [value] if value is not None else [])
-        return found
+        return [path for _, path in self.field_files()]
 
     def check_files(self) -> None:
+        """Refuse an artifact read back whose files are gone, naming the field where one names it."""
+        fields = {path: name for name, path in self.field_files()}
         for f in self.files():
             if not Path(f).exists():
+                which = f"field {fields[f]} references" if f in fields else "references"
                 raise NemotronError(
-                    f"{self.path / METADATA}: {self.type_name()} references {f}, which does not exist; "
+                    f"{self.path / METADATA}: {self.type_name()} {which} {f}, which does not exist; "
                     "re-run the step that made it"
                 )
 
-    def compute_digest(self) -> str:
-        """The content digest (`nemotron.artifact.digest`): files, config without locations, inputs."""
-        return content_digest(self.files(), self.path, self.config, [(i.type, i.digest) for i in self.inputs])
+    def check_files_to_save(self) -> None:
+        """Refuse to save an artifact whose file fields name nothing, in one line naming the field."""
+        for name, f in self.field_files():
+            if not f.exists():
+                raise NemotronError(
+                    f"{type(self).__name__}.{name} is {f}, which does not exist: write it before save() or "
+                    "fix the path (a stem of several files, like bin/idx shards, is typed ArtifactPrefix)"
+                )
+
+    def hash_files(self) -> dict[str, str]:
+        """The sha256 of every file under `files()`, by its name relative to the folder (`file_hashes`)."""
+        return file_hashes(self.files(), self.path)
+
+    def identity(self) -> dict:
+        """The fields the digest covers besides files, config and inputs: type, scale, seed and every typed
+        field, as JSON, with locations named relative to the folder (`digest.with_location_names`)."""
+        fields = self.model_dump(mode="json", exclude=set(self.NOT_IDENTITY))
+        return with_location_names(fields, self.path, location_fields(type(self).model_fields))
+
+    def compute_digest(self, hashes: dict[str, str] | None = None) -> str:
+        """The content digest (`nemotron.artifact.digest`): type and typed fields, files, config without
+        locations, inputs. `hashes` are the files' hashes when already computed (`hash_files`)."""
+        hashes = self.hash_files() if hashes is None else hashes
+        return content_digest(self.identity(), hashes, self.config, [(i.type, i.digest) for i in self.inputs])
 
     def verify(self) -> None:
-        """Check that the files behind this artifact are still the ones it was saved with."""
+        """Check that the files and fields behind this artifact are still the ones it was saved with;
+        the error names the files that differ (relative to the folder), or says a field was edited."""
         self.check_files()
-        if self.compute_digest() != self.digest:
+        hashes = self.hash_files()
+        if self.file_hashes is not None and hashes != self.file_hashes:
             raise NemotronError(
-                f"{self.path}: content digest differs from the saved one (files changed since the "
-                "step ran); re-run the step, or with the recipe orchestrator pass --force"
+                f"{self.path}: {files_changed(self.file_hashes, hashes)} since the step saved it; re-run the step, "
+                "or with the recipe orchestrator pass --force"
+            )
+        if self.compute_digest(hashes) != self.digest:
+            cause = ("its files are unchanged, so a field of metadata.json was edited" if self.file_hashes is not None
+                     else "files or fields changed since the step ran, or an older nemotron saved it")
+            raise NemotronError(
+                f"{self.path / METADATA}: content digest differs from the saved one ({cause}); re-run the step, "
+                "or with the recipe orchestrator pass --force"
             )
 
     @classmethod
@@ -202,7 +257,8 @@ class Artifact(BaseModel):
     # -- save --------------------------------------------------------------------------------
 
     def save(self, step: str | None = None) -> Self:
-        """Fill producer, time and digest; write metadata.json atomically; tell the tracker.
+        """Check the files, fill inputs and config if the step gave none, producer, time and digest; write
+        metadata.json atomically; tell the tracker.
 
         In memory (and on stdout) every path is absolute, so the artifact works from any working
         directory; in metadata.json they are relative to the folder (`portable_json`), so a moved or
@@ -218,7 +274,14 @@ class Artifact(BaseModel):
             if value is not None:
                 resolved = [Path(v).resolve() for v in value] if isinstance(value, list) else Path(value).resolve()
                 setattr(self, name, resolved)
+        self.check_files_to_save()
         self.check_files()
+        # What the step did not say, the process remembers: the artifacts it loaded are its inputs,
+        # the Config `nemotron.cli.run` parsed is its config (an explicit `inputs=` / `config=` wins).
+        if "inputs" not in self.model_fields_set:
+            self.inputs = loaded_refs(excluding=self.path)
+        if "config" not in self.model_fields_set and (config := step_config()) is not None:
+            self.config = config
         commit, dirty = git_revision()
         self.producer = Producer(
             step=step or calling_step(),
@@ -226,9 +289,11 @@ class Artifact(BaseModel):
             git_commit=commit,
             git_dirty=dirty,
             run_id=tracker.run_id,
+            **run_facts(),
         )
         self.created_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        self.digest = self.compute_digest()
+        self.file_hashes = self.hash_files()
+        self.digest = self.compute_digest(self.file_hashes)
         atomic.write_text(self.path / METADATA, self.portable_json() + "\n")
         tracker.log_artifact(self)
         return self
@@ -303,6 +368,7 @@ class Artifact(BaseModel):
                 f"{scale!r}; pass --scale {art.scale} or re-make the input at {scale!r}"
             )
         tracker.use_artifact(art)
+        record_loaded(art.ref())  # an input of what this process saves next, unless the step says otherwise
         return art
 
     @classmethod

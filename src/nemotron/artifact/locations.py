@@ -7,8 +7,10 @@ every path inside the folder is written `./name` and an input artifact under the
 moved or copied runs/ tree keeps working and reads its own files. Paths elsewhere (raw sources, a base
 model on shared storage) stay absolute.
 
-File fields are typed `ArtifactPath`: a `Path` that must exist when the artifact is saved and loaded,
-and whose content the digest covers. `mark_unfinished(output_dir)` removes a folder's metadata.json
+File fields are typed `ArtifactPath` (a plain `Path` field means the same): a file or folder that must
+exist when the artifact is saved and loaded, and whose content the digest covers. `ArtifactPrefix`
+names a set of files by their stem (bin/idx shards): relocated like the others, its files listed by
+the class's `files()`. `mark_unfinished(output_dir)` removes a folder's metadata.json
 before a step rewrites its files, so no artifact ever vouches for half-written or mixed files.
 """
 
@@ -29,30 +31,50 @@ class _MustExist:
     """Marker on `ArtifactPath` fields; `Artifact.files()` collects them for checks and digests."""
 
 
+class _Prefix:
+    """Marker on `ArtifactPrefix` fields: the stem of files the class's `files()` lists, not a file itself."""
+
+
 ArtifactPath = Annotated[Path, _MustExist()]
+# The common stem of a set of files (`shards/train_00000` for its .bin and .idx): relocated with the
+# folder and named in the digest, but neither checked nor hashed itself; the class's `files()` adds
+# the files it stands for.
+ArtifactPrefix = Annotated[Path, _Prefix()]
+
+
+def _markers(field: Any) -> list[Any]:
+    """The `Annotated` markers on a pydantic field, on the field itself or on its item type."""
+    found = list(field.metadata)
+    for arg in getattr(field.annotation, "__args__", ()):  # list[ArtifactPath], ArtifactPath | None
+        found += getattr(arg, "__metadata__", ())
+    return found
+
+
+def _holds_path(annotation: Any) -> bool:
+    if annotation is Path:
+        return True
+    return any(_holds_path(arg) for arg in getattr(annotation, "__args__", ()))
 
 
 def is_file_field(field: Any) -> bool:
-    """Whether a pydantic field is an `ArtifactPath` (or a list of them): a file the artifact vouches for."""
-    if any(isinstance(m, _MustExist) for m in field.metadata):
-        return True
-    # list[ArtifactPath]: the marker sits on the item type.
-    for arg in getattr(field.annotation, "__args__", ()):
-        if any(isinstance(m, _MustExist) for m in getattr(arg, "__metadata__", ())):
-            return True
-    return False
+    """Whether a pydantic field names files the artifact vouches for: an `ArtifactPath`, or a plain `Path`
+    (`Path | None`, `list[Path]`), which is taken to mean the same; not an `ArtifactPrefix`."""
+    markers = _markers(field)
+    if any(isinstance(m, _Prefix) for m in markers):
+        return False
+    return any(isinstance(m, _MustExist) for m in markers) or _holds_path(field.annotation)
+
+
+def file_fields(model_fields: dict[str, Any]) -> list[str]:
+    """The names of the file fields of an artifact class (`is_file_field`), except the base `path`."""
+    return [name for name, field in model_fields.items() if name != "path" and is_file_field(field)]
 
 
 def location_fields(model_fields: dict[str, Any]) -> list[str]:
-    """The fields holding paths (`Path`, `ArtifactPath`, lists and optionals of them), except `path`."""
-    def holds_path(annotation: Any) -> bool:
-        if annotation is Path:
-            return True
-        return any(holds_path(arg) for arg in getattr(annotation, "__args__", ()))
-
+    """The fields holding paths (`Path`, `ArtifactPath`, `ArtifactPrefix`, lists and optionals), except `path`."""
     return [
         name for name, field in model_fields.items()
-        if name != "path" and (is_file_field(field) or holds_path(field.annotation))
+        if name != "path" and (is_file_field(field) or _holds_path(field.annotation))
     ]
 
 

@@ -8,6 +8,11 @@ of that type, naming both keys. `print_complete` passes everything it read on st
 own stdout next to what it made, so `a | b | c` works even when c needs a's output.
 
 stdin is read once per process (`read_stdin_artifacts`), and only when a step has no explicit input.
+
+A step whose reader has gone away (`a | b | head -c0`, or a later step that failed on a bad flag)
+exits quietly with status 141 (128 + SIGPIPE, what a shell reports for `yes | head`), as Unix tools
+do, so the step that failed prints the only message (`reader_gone`). A step waiting on stdin notices
+too: it waits for its input or for its reader to go, whichever comes first (`wait_for_stdin`).
 This module knows artifacts only as pydantic models with `type`, `path`, `scale`, `seed`, `digest` and
 `metrics`, so the contract (`nemotron.artifact`) can import it without a cycle.
 """
@@ -15,6 +20,8 @@ This module knows artifacts only as pydantic models with `type`, `path`, `scale`
 from __future__ import annotations
 
 import json
+import os
+import select
 import sys
 
 from pydantic import BaseModel
@@ -22,6 +29,38 @@ from pydantic import BaseModel
 from nemotron.errors import NemotronError
 
 _STDIN: dict[str, dict] | None = None
+EXIT_READER_GONE = 141  # 128 + SIGPIPE
+
+
+def reader_gone() -> None:
+    """Exit quietly because stdout's reader has gone: no traceback, and no "Exception ignored ...
+    BrokenPipeError" from Python's flush at exit (stdout now points at /dev/null, as the Python docs advise)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_READER_GONE)
+
+
+def wait_for_stdin() -> None:
+    """Block until stdin has data or has ended, or until stdout's reader has gone (then `reader_gone`).
+
+    In `a | b | c --bad-flag`, c fails at once; b would otherwise wait for a, do its work, and only then
+    find c gone, while a printed its summary as if all were well. A pipe whose read end has closed
+    reports POLLERR to its writer; stdin as a file or a terminal, stdout as a file: nothing to wait for.
+    """
+    try:
+        stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced streams (tests, notebooks): nothing to poll
+        return
+    poller = select.poll()
+    poller.register(stdin, select.POLLIN)
+    poller.register(stdout, 0)  # no events asked: only POLLERR / POLLHUP, which poll always reports
+    while True:
+        for fd, events in poller.poll():
+            if fd == stdin:
+                return
+            if events & select.POLLERR:
+                reader_gone()
+            poller.unregister(stdout)  # POLLHUP / POLLNVAL: not a pipe we can watch
 
 
 def read_stdin_artifacts(needed: str = "an artifact", fix: str = "") -> dict[str, dict]:
@@ -35,6 +74,7 @@ def read_stdin_artifacts(needed: str = "an artifact", fix: str = "") -> dict[str
     fix = fix or "pass the input path (see --help)"
     if sys.stdin is None or sys.stdin.isatty():
         raise NemotronError(f"no input {needed}: stdin is a terminal; pipe in the previous step or {fix}")
+    wait_for_stdin()
     text = sys.stdin.read()
     if not text.strip():
         raise NemotronError(
@@ -95,14 +135,17 @@ def print_complete(artifacts: dict[str, BaseModel] | BaseModel) -> None:
 
     `artifacts` is one `Artifact` (printed under its type) or a dict of them under keys of the step's
     choosing (e.g. its own name). Artifacts that came in on stdin are passed through, so later steps in
-    a pipe can still use them.
+    a pipe can still use them. If stdout's reader has gone, the step exits quietly (`reader_gone`).
     """
     if isinstance(artifacts, BaseModel):
         artifacts = {artifacts.type: artifacts}
     passed = dict(_STDIN or {})
     out = {**passed, **{k: json.loads(a.model_dump_json()) for k, a in artifacts.items()}}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
     for art in artifacts.values():
         print(summary_table(art), file=sys.stderr)
 

@@ -1,14 +1,22 @@
 """Provenance: who made an artifact, with what code, and from what.
 
 - `Producer`: the step, the artifact's class (`module:Class`, so generic tools can re-validate it),
-  the nemotron version, the git commit and whether the checkout had uncommitted changes, the run id.
+  the nemotron version, the git commit and whether the checkout had uncommitted changes, the run id,
+  and what can change the last bits of a result without changing its config: the command line, the
+  Python and torch versions, torch's thread count and device (`run_facts`).
 - `ArtifactRef`: how a consumer records an input (type, path, digest); lineage lives on the consumer.
 - `source_ref(path)`: the same for a raw input file or folder, with a content digest.
+- What this process has done, kept so that `Artifact.save()` records it even when a step does not say
+  it: every artifact it loaded (`record_loaded`, `loaded_refs`: they become the inputs of what it saves
+  afterwards) and the Config `nemotron.cli.run` parsed for it (`set_step_config`, `step_config`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +35,13 @@ class Producer(BaseModel):
     git_commit: str | None = None
     git_dirty: bool | None = None  # True: the code had uncommitted changes, so git_commit is not all of it
     run_id: str = "local"
+    # What changes the last bits of a result without changing its config (all optional: metadata.json
+    # written before they were recorded still loads). `run_facts()` fills them.
+    command: str | None = None  # the command line that made the artifact (an orchestrator's, for its steps)
+    python_version: str | None = None
+    torch_version: str | None = None  # None when the step never imported torch (data steps)
+    num_threads: int | None = None  # torch's intra-op threads: float sums can differ in the last bits
+    device: str | None = None  # "cpu", "cuda:0", ...: where torch put new tensors; None when unknown
 
 
 class ArtifactRef(BaseModel):
@@ -94,3 +109,63 @@ def git_revision(where: str | Path | None = None) -> tuple[str | None, bool | No
             dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
             _GIT_REVISIONS[where] = (head.stdout.strip(), dirty)
     return _GIT_REVISIONS[where]
+
+
+def run_facts() -> dict:
+    """The `Producer` fields that can change a result's last bits: command line, Python, torch, threads, device.
+
+    torch is only looked at when the step already imported it: a data step stays torch-free.
+    """
+    facts = {"command": shlex.join(sys.argv), "python_version": platform.python_version()}
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        facts["torch_version"] = str(torch.__version__)
+        facts["num_threads"] = torch.get_num_threads()
+        facts["device"] = _torch_device(torch)
+    return facts
+
+
+def _torch_device(torch) -> str | None:
+    """Where the step computed: the current CUDA device once the step has used CUDA, else torch's default
+    device for new tensors ("cpu"); None when torch cannot say."""
+    try:
+        if torch.cuda.is_initialized():
+            return f"cuda:{torch.cuda.current_device()}"
+        return str(torch.get_default_device())
+    except (AttributeError, RuntimeError):
+        return None
+
+
+# -- what this process has done -------------------------------------------------------------------
+
+_LOADED: list[ArtifactRef] = []  # every artifact this process loaded, in order, each once
+_STEP_CONFIG: dict | None = None  # the Config `nemotron.cli.run` parsed, as JSON
+
+
+def record_loaded(ref: ArtifactRef) -> None:
+    """Remember that this process loaded an artifact (`Artifact.load` calls it)."""
+    if all((r.path, r.digest) != (ref.path, ref.digest) for r in _LOADED):
+        _LOADED.append(ref)
+
+
+def loaded_refs(excluding: str | Path | None = None) -> list[ArtifactRef]:
+    """The artifacts this process has loaded, oldest first, except the one at `excluding` (an artifact
+    is never its own input, e.g. a step that read its previous output before rewriting it)."""
+    skip = str(Path(excluding).resolve()) if excluding is not None else None
+    return [ref.model_copy() for ref in _LOADED if str(Path(ref.path).resolve()) != skip]
+
+
+def set_step_config(config: dict | None) -> None:
+    """Remember the step's resolved Config (JSON-safe), recorded by `save()` when a step gives no `config=`."""
+    global _STEP_CONFIG
+    _STEP_CONFIG = config
+
+
+def step_config() -> dict | None:
+    return None if _STEP_CONFIG is None else json.loads(json.dumps(_STEP_CONFIG))
+
+
+def forget_process_state() -> None:
+    """Forget what this process loaded and its step Config (for tests, and code that runs many steps)."""
+    _LOADED.clear()
+    set_step_config(None)

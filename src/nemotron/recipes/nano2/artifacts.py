@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from nemotron.artifact import Artifact, ArtifactPath
+from nemotron.artifact import Artifact, ArtifactPath, ArtifactPrefix
 from nemotron.data_prep.indexed import bin_path, idx_path
 from nemotron.training.artifacts import ModelCheckpoint
 
@@ -42,9 +42,9 @@ class EvaluationResults(Artifact):
 class PretrainDataset(Artifact):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage0_pretrain.data_curation"
     tokenizer_dir: ArtifactPath  # HF tokenizer folder with SPECIAL_TOKENS and NANO2_CHAT_TEMPLATE
-    train_prefixes: list[Path]  # bin/idx prefixes (files() adds each one's .bin and .idx)
-    valid_prefixes: list[Path]
-    test_prefixes: list[Path] = Field(default_factory=list)  # empty when the blend has no test split
+    train_prefixes: list[ArtifactPrefix]  # bin/idx prefixes (files() adds each one's .bin and .idx)
+    valid_prefixes: list[ArtifactPrefix]
+    test_prefixes: list[ArtifactPrefix] = Field(default_factory=list)  # empty when the blend has no test split
     num_documents: int = Field(gt=0)
     num_train_tokens: int = Field(gt=0)
     num_valid_tokens: int = Field(gt=0)

@@ -104,7 +104,6 @@ def main(config: Config) -> Nano3PretrainResults:
         moe_bits_per_byte=scores["moe"]["bits_per_byte"], dense_bits_per_byte=scores["dense"]["bits_per_byte"],
         unigram_bits_per_byte=scores["moe"]["unigram_bits_per_byte"],
         moe_validation_loss=scores["moe"]["validation_loss"], dense_validation_loss=scores["dense"]["validation_loss"],
-        moe_train_seconds=train_seconds["moe"], dense_train_seconds=train_seconds["dense"],
         num_tokens=scores["moe"]["num_tokens"], metrics=metrics,
     ).save()
 
