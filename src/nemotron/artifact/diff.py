@@ -38,7 +38,8 @@ from nemotron.artifact.locations import METADATA, read_metadata
 from nemotron.errors import NemotronError
 
 # Top-level metadata keys with a group of their own; every other key is a typed field of the class.
-BASE_KEYS = ("type", "path", "created_at", "producer", "config", "inputs", "metrics", "digest")
+# `file_hashes` (each file's sha256, as saved) is the content group's, which reads the files themselves.
+BASE_KEYS = ("type", "path", "created_at", "producer", "config", "inputs", "metrics", "digest", "file_hashes")
 # Producer facts that change how a run ran (the last bits of its numbers), with their words in a summary.
 PRODUCER_FACTS = {
     "command": "command", "num_threads": "thread count", "torch_version": "torch version",
