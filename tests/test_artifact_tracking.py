@@ -68,7 +68,7 @@ def test_a_step_run_by_cli_run_records_its_config(tmp_path, capsys):
     run(summarize, ["--output-dir", str(tmp_path / "s"), "--words", "5"])
     printed = json.loads(capsys.readouterr().out)["summary"]
     assert printed["config"] == {"output_dir": str(tmp_path / "s"), "words": 5, "scale": "tiny", "seed": 0}
-    assert printed["producer"]["command"] == shlex.join(sys.argv)  # in-process: this process's command line
+    assert printed["producer"]["command"] == shlex.join(["python", *sys.orig_argv[1:]])  # as typed: this process
     # An explicit config wins.
     assert Summary(path=tmp_path / "x", config={"mine": 1}).save().config == {"mine": 1}
 

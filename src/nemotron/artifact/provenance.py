@@ -116,7 +116,10 @@ def run_facts() -> dict:
 
     torch is only looked at when the step already imported it: a data step stays torch-free.
     """
-    facts = {"command": shlex.join(sys.argv), "python_version": platform.python_version()}
+    # The command as it was typed (`python -m nemotron.recipes... --flag`), not sys.argv's resolved
+    # `.../__main__.py`; the interpreter is named `python` so two machines' commands compare equal.
+    argv = ["python", *sys.orig_argv[1:]] if getattr(sys, "orig_argv", None) else sys.argv
+    facts = {"command": shlex.join(argv), "python_version": platform.python_version()}
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "get_num_threads"):
         facts["torch_version"] = str(torch.__version__)
