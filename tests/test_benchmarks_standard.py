@@ -106,7 +106,10 @@ def test_an_untrained_model_scores_at_chance_and_does_not_read_the_question(core
             # the items, not 0.5: its control scores exactly the same.
             assert s["control"]["score"] == s["score"]
         else:
-            assert abs(s["score"] - s["chance"]) <= 3 * s["stderr"] + 1e-9, (name, s["score"], s["chance"])
+            # Within 3 standard errors of a random guesser's score (its own stderr is 0 when every item is
+            # wrong, as a guesser biased toward long or short answers can be on 12 items).
+            bound = 3 * max(s["stderr"], s["chance_stderr"]) + 1e-9
+            assert abs(s["score"] - s["chance"]) <= bound, (name, s["score"], s["chance"])
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ fixed point, so every item gets another item's question):
   answers by their own likelihood alone scores the same. `reads_question` is the gap (score - control)
   with its paired standard error (the standard deviation of the per-item differences over sqrt(n)).
 `chance` is what guessing at random scores (the mean of 1 / number of choices; 0 for LAMBADA and GSM8K),
-`at_chance` says whether the score is within two standard errors of it, and `reads_question_significant`
+`at_chance` says whether the score is within two standard errors of it (the larger of the score's and a
+random guesser's, `chance_stderr`, which stays honest when a small sample scores 0), and `reads_question_significant`
 whether the gap is more than two of its standard errors. A model that ignores the question can still sit
 away from chance: one that answers BoolQ "no" every time scores the share of "no" answers (about 0.38);
 its control scores the same, and `verdict` says so.
@@ -257,10 +258,15 @@ def summarize(benchmark: Benchmark, docs: list[dict], real: list[float], control
     score, stderr = mean_and_stderr(real)
     control_score, control_stderr = mean_and_stderr(control)
     gap, gap_stderr = mean_and_stderr([r - c for r, c in zip(real, control, strict=True)])
-    chance = (sum(1 / benchmark.num_choices(doc) for doc in docs) / len(docs)) if benchmark.num_choices else 0.0
+    guesses = [1 / benchmark.num_choices(doc) if benchmark.num_choices else 0.0 for doc in docs]
+    chance = sum(guesses) / len(docs)
+    # A guesser's standard error: a score's own stderr is 0 when every item is wrong (a biased guesser at
+    # small n), so "at chance" is judged against the larger of the two.
+    chance_stderr = math.sqrt(sum(p * (1 - p) for p in guesses)) / len(docs)
     summary = {
-        "metric": benchmark.metric, "score": score, "stderr": stderr, "chance": chance, "n": len(docs),
-        "at_chance": abs(score - chance) <= 2 * stderr,
+        "metric": benchmark.metric, "score": score, "stderr": stderr, "chance": chance,
+        "chance_stderr": chance_stderr, "n": len(docs),
+        "at_chance": abs(score - chance) <= 2 * max(stderr, chance_stderr),
         "reads_question_significant": gap > 2 * gap_stderr,
         "split": benchmark.split, "standard_split": benchmark.standard_split, "note": benchmark.note,
         "control": {"score": control_score, "stderr": control_stderr},
