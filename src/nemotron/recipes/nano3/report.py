@@ -20,15 +20,8 @@ from typing import Any
 from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.errors import NemotronError
-from nemotron.recipes.report_card import (
-    collect,
-    fmt,
-    plot_loss_curves,
-    report_main,
-    standard_benchmarks_section,
-    steps_section,
-    talk_section,
-)
+from nemotron.recipes import report_card
+from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section, talk_section
 from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
@@ -75,7 +68,7 @@ def write_report(folder: Path) -> Path:
         md += ["", "## Expert load", "",
                "Each expert's share of the routed tokens per MoE layer (an even split is 1/experts), and the",
                "load-balancing loss per layer (1.0 is perfectly even).", "", "![expert load](expert_load.png)"]
-    md += standard_benchmarks_section(artifacts)
+    md += report_card.standard_benchmarks_section(artifacts)
     md += steps_section(artifacts, starts[-1])
     md += talk_section(artifacts)
     report = out / "report.md"
