@@ -349,7 +349,7 @@ def verdict(summary: dict[str, Any]) -> str:
     if summary["at_chance"]:
         return "at chance (within 2 standard errors)"
     if not summary["reads_question_significant"]:
-        return "does not read the question (the control scores as well)"
+        return "above chance, but no sign it reads the question (the control is within 2 standard errors)"
     return "above chance, reads the question"
 
 
