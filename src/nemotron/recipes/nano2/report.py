@@ -33,6 +33,7 @@ from nemotron.recipes.report_card import (
     plain_metrics,
     plot_loss_curves,
     report_main,
+    standard_benchmarks_section,
     steps_section,
     talk_section,
 )
@@ -196,6 +197,7 @@ def write_report(folder: Path) -> Path:
         plot_loss_curves(checkpoints, out / "loss_curves.png")
         md += ["", "## Loss curves", "", "![training and validation loss](loss_curves.png)"]
 
+    md += standard_benchmarks_section(artifacts)
     md += steps_section(artifacts, starts[-1])
     md += talk_section(artifacts)
 

@@ -20,6 +20,7 @@ from typing import Any
 from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.errors import NemotronError
+from nemotron.recipes import report_card
 from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section, talk_section
 from nemotron.training.metrics import read_metrics
 
@@ -67,6 +68,7 @@ def write_report(folder: Path) -> Path:
         md += ["", "## Expert load", "",
                "Each expert's share of the routed tokens per MoE layer (an even split is 1/experts), and the",
                "load-balancing loss per layer (1.0 is perfectly even).", "", "![expert load](expert_load.png)"]
+    md += report_card.standard_benchmarks_section(artifacts)
     md += steps_section(artifacts, starts[-1])
     md += talk_section(artifacts)
     report = out / "report.md"
