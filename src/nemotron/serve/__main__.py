@@ -3,9 +3,12 @@
     python -m nemotron.serve                                            # SmolLM2-135M-Instruct (the SDG model)
     python -m nemotron.serve runs/nano2/stage2_alignment/training runs/nano3/stage2_rl/training --port 8011
     python -m nemotron.serve smollm2 --served-model-name smollm2-135m-instruct
+    python -m nemotron.serve runs/nano2                                 # every stage of a run: base, SFT, DPO
 
 Each model gets its own engine (`nemotron.serve.engine`): concurrent requests to it are decoded as one
-batch. Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
+batch; each is loaded once and chosen by the request's `model`. A run folder (`runs/nano2`) serves the
+checkpoint of each of its stages, in stage order, which the page's compare view sets side by side.
+Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
 What the API answers and refuses: `nemotron.serve.app`. The server binds 127.0.0.1 unless told otherwise;
 at scale the same clients talk to vLLM, SGLang, NIM or a hosted endpoint instead.
 """
@@ -26,7 +29,8 @@ class Config:
     """Serve models behind an OpenAI-compatible HTTP API and a chat page on 127.0.0.1."""
 
     models: tyro.conf.Positional[tuple[str, ...]] = ("smollm2",)
-    """Checkpoint artifact folders, Hugging Face model folders, or `smollm2` (SmolLM2-135M-Instruct)."""
+    """Checkpoint artifact folders, Hugging Face model folders, a recipe's run folder (each stage's checkpoint),
+    or `smollm2` (SmolLM2-135M-Instruct)."""
     served_model_name: str | None = None
     """The model id clients ask for, with one model; default: `smollm2-135m-instruct`, or the recipe and
     stage of a checkpoint (`nano2-stage2_alignment`), or the folder's name."""
@@ -49,16 +53,17 @@ def main(config: Config) -> None:
 
     from nemotron.serve.app import create_app
     from nemotron.serve.engine import Engine
-    from nemotron.serve.models import load_served
+    from nemotron.serve.models import expand_run, load_served
 
-    if config.served_model_name and len(config.models) != 1:
-        raise NemotronError(f"--served-model-name names one model, but {len(config.models)} are served; "
+    specs = [found for spec in config.models for found in expand_run(spec)]
+    if config.served_model_name and len(specs) != 1:
+        raise NemotronError(f"--served-model-name names one model, but {len(specs)} are served; "
                             "drop it (each gets its own name)")
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     started = time.perf_counter()
     served = []
-    for spec in config.models:
+    for spec in specs:
         model = load_served(spec, config.served_model_name)
         if model.name in {m.name for m, _ in served}:
             raise NemotronError(f"two models are named {model.name!r}; serve them from two servers")

@@ -37,13 +37,25 @@ tokens too (the first has `null`: nothing precedes it); `max_tokens: 0` with it 
 lm-eval's `local-completions` scores a multiple-choice or perplexity task so (`echo`, `logprobs: 1`, and
 `max_tokens: 1`, whose token it drops: give it `max_length` one less than the model's context).
 
+Continuing an answer (the page's click on an alternative token; vLLM's pair of options): chat
+`continue_final_message: true` (with `add_generation_prompt` false or absent) takes a conversation that ends
+with an assistant message and continues that message instead of opening a new turn. The prompt is the
+conversation before it in the model's own chat format, up to its generation prompt, then the message's text
+tokenized as the chat data tokenizes a message's content (as text, so a prefix the model never wrote whole
+may split into other tokens than it chose). The text is what the model writes after the generation prompt:
+for a reasoning model with reasoning on, it starts inside the thoughts (`thoughts\n</think>\nanswer`), and
+the reply is the continuation as raw `content`, not split into reasoning and answer (the client holds the
+prefix and splits the whole, as `nemotron.serve.reasoning` does). A base model continues through
+/v1/completions with the prompt plus the text so far.
+
 Refused with a 400 and a one-line OpenAI error (`{"error": {"message", "type": "invalid_request_error",
 "param", "code"}}`): a body that is not a JSON object, a field of the wrong type, a setting out of its range
 (temperature in [0, 2], top_p in (0, 1], max_tokens >= 1 (completions >= 0), n >= 1, top_logprobs and
 logprobs in [0, 20]), `n` > 1, tools, an unknown model, a prompt that does not fit the model's context
-(`context_length_exceeded`), a token id outside the vocabulary, a chat sent to a base model, a schema
-xgrammar cannot compile, `echo` with `stream`. No handler declares a pydantic body, so FastAPI's 422 never
-answers a completion request: every check is ours and says which field is wrong and what it may be.
+(`context_length_exceeded`), `continue_final_message` without a final assistant message, a token id
+outside the vocabulary, a chat sent to a base model, a schema xgrammar cannot compile, `echo` with `stream`.
+No handler declares a pydantic body, so FastAPI's 422 never answers a completion request: every check is
+ours and says which field is wrong and what it may be.
 """
 
 from __future__ import annotations
@@ -148,6 +160,21 @@ def logprobs_asked(body: dict, chat: bool) -> int | None:
                        "used.", "top_logprobs", "invalid_value")
         return None
     return top or 0
+
+
+def continued_prefix(body: dict, messages: list[dict]) -> str | None:
+    """With `continue_final_message: true`, the final assistant message's text, which the answer continues
+    (None: a new assistant turn). `add_generation_prompt` may say false with it (vLLM's pair), never true."""
+    if not boolean(body, "continue_final_message"):
+        return None
+    if body.get("add_generation_prompt") is not None and boolean(body, "add_generation_prompt"):
+        raise _Bad("Invalid value for 'add_generation_prompt': continue_final_message continues the final "
+                   "message, so no new turn is opened; send add_generation_prompt false or leave it out",
+                   "add_generation_prompt", "invalid_value")
+    if len(messages) < 2 or messages[-1]["role"] != "assistant":
+        raise _Bad("Invalid 'messages': continue_final_message needs a conversation that ends with the assistant "
+                   "message to continue, after at least one other message", "messages", "invalid_value")
+    return messages[-1]["content"]
 
 
 def prompts_of(body: dict) -> list[str | list[int]]:
@@ -272,12 +299,15 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
         thinking = kwargs.get("enable_thinking", True) if isinstance(kwargs, dict) else True
         if not isinstance(thinking, bool):
             raise _Bad("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs")
+        prefix = continued_prefix(body, plain)
         try:
-            prompt_ids = model.prompt_ids(plain, enable_thinking=thinking)
+            prompt_ids = model.prompt_ids(plain[:-1] if prefix is not None else plain, enable_thinking=thinking)
         except NemotronError as bad:
             raise _Bad(str(bad), "messages") from None
+        if prefix:  # the answer so far, tokenized as text after the generation prompt (as vLLM does)
+            prompt_ids = prompt_ids + model.text_ids(prefix)
         request = _checked(lambda: request_for(body, prompt_ids, engine, True, "the prompt"))
-        splitter = ReasoningSplitter(thinking) if model.reasons else None
+        splitter = ReasoningSplitter(thinking) if model.reasons and prefix is None else None
         reply = Reply("chat.completion", model, engine, [request], [splitter])
         if body.get("stream"):
             return reply.stream(lambda: submit(engine, [request]), _include_usage(body))

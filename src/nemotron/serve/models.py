@@ -17,6 +17,8 @@ is rendered by `tokenizer.apply_chat_template`. nano3 reasons: its generation pr
 (or closes it at once with `enable_thinking=False`), and its completions are split into reasoning and
 answer (`nemotron.serve.reasoning`).
 
+`expand_run(spec)`: a recipe's run folder as its stages' checkpoints, so one server compares them.
+
 `newest_chat_checkpoint(root)`: the chat command's default, the most recently written chat checkpoint
 under `runs/`.
 """
@@ -78,6 +80,13 @@ class ServedModel:
                                 f"{str(error).splitlines()[0]}") from None
         return list(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
+    def text_ids(self, text: str) -> list[int]:
+        """`text` as tokens inside a turn (an assistant message being continued), tokenized as the chat data
+        tokenizes a message's content: nothing added, a special token's text split as plain text."""
+        from nemotron.data_prep.chat.pieces import encode_text
+
+        return list(encode_text(self.tokenizer, [text])[0])
+
     def completion_ids(self, prompt: str) -> list[int]:
         return list(self.tokenizer(prompt)["input_ids"])
 
@@ -130,6 +139,23 @@ def _artifact_name(folder: Path) -> str:
     if len(parts) >= 3 and parts[-1] == "training":
         return f"{parts[-3]}-{parts[-2]}"
     return parts[-1]
+
+
+def expand_run(spec: str) -> list[str]:
+    """A recipe's run folder (`runs/nano2`) -> its stages' checkpoints in stage order (`stage0_pretrain/training`,
+    `stage1_sft/training`, ...); any other spec stays itself. What `python -m nemotron.serve runs/nano2` serves."""
+    folder = Path(spec)
+    if not folder.is_dir() or (folder / "metadata.json").is_file() or (folder / "config.json").is_file():
+        return [spec]
+    found = []
+    for meta_path in sorted(folder.glob("*/training/metadata.json")):
+        try:
+            meta = read_metadata(meta_path.parent)
+        except NemotronError:
+            continue
+        if isinstance(meta, dict) and "model_dir" in meta:
+            found.append(str(meta_path.parent))
+    return found or [spec]
 
 
 def newest_chat_checkpoint(root: str | Path = "runs") -> Path:
