@@ -16,9 +16,9 @@ import pytest
 from builders import make_chat_checkpoint, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint
+from nemotron.serve.models import expand_run
+from nemotron.serve.reasoning import split
 from test_serve import LocalServer, headless_chromium
-
-pytestmark = pytest.mark.slow
 
 DPO, RL, BASE = "nano2-stage2_alignment", "nano3-stage2_rl", "nano2-stage0_pretrain"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -27,11 +27,17 @@ TOLERANCE = 1e-5  # float32: a streamed decode against a whole one
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     make_chat_checkpoint(root / "nano2" / "stage2_alignment" / "training", DPOCheckpoint, "nano2")
     make_chat_checkpoint(root / "nano3" / "stage2_rl" / "training", Nano3RLCheckpoint, "nano3")
     make_pretrain_checkpoint(root / "nano2" / "stage0_pretrain" / "training")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    root = runs
     local = LocalServer([root / "nano2/stage0_pretrain/training", root / "nano2/stage2_alignment/training",
                          root / "nano3/stage2_rl/training"])
     yield local
@@ -86,6 +92,7 @@ def assert_same_logprobs(shown: list[dict], api: list) -> None:
         assert [t["token"] for t in token["top"]] == [t.token for t in entry.top_logprobs]
 
 
+@pytest.mark.slow
 def test_each_token_shows_the_apis_probability_and_alternatives(page, client):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -112,6 +119,7 @@ def test_each_token_shows_the_apis_probability_and_alternatives(page, client):
     assert alts[0].find_element(By.CSS_SELECTOR, ".p").text == f"{100 * 2.718281828459045 ** first.logprob:.1f}%"
 
 
+@pytest.mark.slow
 def test_a_click_on_an_alternative_continues_exactly_as_the_api_does_from_that_prefix(page, client):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -141,6 +149,7 @@ def test_a_click_on_an_alternative_continues_exactly_as_the_api_does_from_that_p
     assert shown[k]["logprob"] == tokens[k].top_logprobs[1].logprob  # the picked one keeps its probability
 
 
+@pytest.mark.slow
 def test_the_compare_view_shows_every_served_models_greedy_answer_side_by_side(page, client):
     from selenium.webdriver.common.by import By
 
@@ -166,6 +175,7 @@ def test_the_compare_view_shows_every_served_models_greedy_answer_side_by_side(p
         assert column.find_elements(By.CSS_SELECTOR, ".tok")
 
 
+@pytest.mark.slow
 def test_continue_final_message_needs_a_final_assistant_message(client):
     with pytest.raises(openai.BadRequestError, match="continue_final_message"):
         client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=2,
@@ -174,3 +184,34 @@ def test_continue_final_message_needs_a_final_assistant_message(client):
         client.chat.completions.create(model=DPO, messages=[*HELLO, {"role": "assistant", "content": "Hi"}],
                                        max_tokens=2, extra_body={"continue_final_message": True,
                                                                  "add_generation_prompt": True})
+
+
+@pytest.mark.slow
+def test_a_reasoning_models_branch_is_split_as_the_server_splits_prefix_and_continuation(page, client):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    Select(page.find_element(By.ID, "model")).select_by_value(RL)
+    send(page, "hello")
+    turn = page.find_element(By.CSS_SELECTOR, ".turn.assistant.done")
+    turn.find_element(By.CSS_SELECTOR, "details.reasoning summary").click()  # unfold the thoughts: tokens too
+    ActionChains(page).move_to_element(turn.find_elements(By.CSS_SELECTOR, ".tok")[3]).perform()
+    page.find_elements(By.CSS_SELECTOR, "#alts button.alt")[2].click()
+    WebDriverWait(page, 120).until(lambda d: d.find_element(By.CSS_SELECTOR, ".turn.assistant.done .meta")
+                                   .text.startswith("continued"))
+    prefix = turn.get_attribute("data-prefix")
+    more = client.chat.completions.create(
+        model=RL, messages=[*HELLO, {"role": "assistant", "content": prefix}], temperature=0, max_tokens=MAX_TOKENS,
+        extra_body={"continue_final_message": True, "chat_template_kwargs": {"enable_thinking": True}})
+    reasoning, answer = split(prefix + more.choices[0].message.content)
+    assert turn.find_element(By.CSS_SELECTOR, "details.reasoning .thought").get_attribute("textContent") == reasoning
+    assert turn.find_element(By.CSS_SELECTOR, ".text").get_attribute("textContent") == answer
+
+
+def test_a_run_folder_serves_each_stages_checkpoint_in_stage_order(runs):
+    assert expand_run(str(runs / "nano2")) == [str(runs / "nano2/stage0_pretrain/training"),
+                                                str(runs / "nano2/stage2_alignment/training")]
+    checkpoint = str(runs / "nano2/stage2_alignment/training")
+    assert expand_run(checkpoint) == [checkpoint]  # a checkpoint is itself
+    assert expand_run("smollm2") == ["smollm2"]
