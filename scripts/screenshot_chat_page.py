@@ -1,11 +1,13 @@
 """The README's picture of the chat page: serve checkpoints, ask in headless Chromium, save a PNG.
 
-    python scripts/screenshot_chat_page.py runs/nano2/stage2_alignment/training --ask "hello" "What is a play?" \
-        --output docs/chat-page.png
+    python scripts/screenshot_chat_page.py runs/nano2 --compare "hello" --model nano2-stage2_alignment \
+        --ask "What is a play?" --hover 3 --output docs/chat-page.png
 
-Starts `nemotron.serve`'s app on a free loopback port in this process, opens the page in the system's
-headless Chromium (apt-get install chromium chromium-driver), sends each question in turn (greedy, the
-page's default) and waits for every answer to finish streaming before it takes the screenshot.
+Starts `nemotron.serve`'s app on a free loopback port in this process (a run folder serves each stage's
+checkpoint), opens the page in the system's headless Chromium (apt-get install chromium chromium-driver),
+sends the `--compare` question to every served model (side by side), then each `--ask` question to
+`--model` (greedy, the page's default), waits for every answer to finish streaming, hovers token
+`--hover` of the last answer (its alternatives open) and takes the screenshot.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ import time
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="+", help="checkpoint folders (the first is picked on the page)")
-    parser.add_argument("--ask", nargs="+", default=["hello"])
+    parser.add_argument("models", nargs="+", help="checkpoint or run folders (the first is picked on the page)")
+    parser.add_argument("--ask", nargs="*", default=["hello"])
+    parser.add_argument("--compare", help="a question for every served model first, answers side by side")
+    parser.add_argument("--model", help="the model the --ask questions go to (default: the first)")
+    parser.add_argument("--hover", type=int, help="hover this token of the last answer: its alternatives show")
+    parser.add_argument("--size", default="1000,720", help="the window's width,height")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--output", default="docs/chat-page.png")
     args = parser.parse_args()
@@ -28,14 +34,15 @@ def main() -> None:
     import uvicorn
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     from nemotron.serve.app import create_app
     from nemotron.serve.engine import Engine
-    from nemotron.serve.models import load_served
+    from nemotron.serve.models import expand_run, load_served
 
-    served = [load_served(m) for m in args.models]
+    served = [load_served(found) for m in args.models for found in expand_run(m)]
     app = create_app([(m, Engine(m.model, m.tokenizer, stop_token_ids=m.stop_token_ids)) for m in served])
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
@@ -45,7 +52,7 @@ def main() -> None:
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or sys.exit("chromium is not installed")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,720",
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", f"--window-size={args.size}",
                  "--force-device-scale-factor=1"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
@@ -55,10 +62,27 @@ def main() -> None:
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#model option"))
         driver.find_element(By.ID, "max-tokens").clear()
         driver.find_element(By.ID, "max-tokens").send_keys(str(args.max_tokens))
-        for i, question in enumerate(args.ask):
+        done = 0
+
+        def send(question: str, answers: int) -> None:
+            nonlocal done
             driver.find_element(By.ID, "prompt").send_keys(question)
             driver.find_element(By.ID, "send").click()
-            wait.until(lambda d, n=i + 1: len(d.find_elements(By.CSS_SELECTOR, ".turn.assistant.done")) == n)
+            done += answers
+            wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".turn.assistant.done")) == done)
+
+        if args.compare:
+            driver.find_element(By.ID, "compare").click()
+            send(args.compare, len(served))
+            driver.find_element(By.ID, "compare").click()
+        if args.model:
+            Select(driver.find_element(By.ID, "model")).select_by_value(args.model)
+        for question in args.ask:
+            send(question, 1)
+        if args.hover is not None:
+            last = driver.find_elements(By.CSS_SELECTOR, ".turn.assistant.done")[-1]
+            ActionChains(driver).move_to_element(last.find_elements(By.CSS_SELECTOR, ".tok")[args.hover]).perform()
+            time.sleep(0.3)
         driver.save_screenshot(args.output)
     finally:
         driver.quit()
