@@ -13,12 +13,13 @@ import json
 import openai
 import pytest
 
+from browser import headless_chromium
 from builders import make_chat_checkpoint, make_pretrain_checkpoint  # tests/ is on sys.path under pytest
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint
 from nemotron.serve.models import expand_run
 from nemotron.serve.reasoning import split
-from test_serve import LocalServer, headless_chromium
+from test_serve import LocalServer
 
 DPO, RL, BASE = "nano2-stage2_alignment", "nano3-stage2_rl", "nano2-stage0_pretrain"
 HELLO = [{"role": "user", "content": "hello"}]
