@@ -168,10 +168,10 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
                 loss = masked_token_loss(logits, batch) / trained_per_rank
             loss.backward()
             step_loss += loss.detach().cpu()
-        # Clip the global gradient norm (the norm before clipping is logged), then one AdamW update at this step's
-        # learning rate, the schedule's next rate, and the gradients cleared for the next step.
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
+        # The update, as in stage 0: AdamW at this step's rate after clipping the gradient's global norm (the norm
+        # before clipping is logged), then the schedule's next rate, and the gradients cleared for the next step.
         lr = scheduler.get_last_lr()[0]
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
