@@ -3,8 +3,8 @@
 Every training step (pretraining, SFT, DPO, ...) does the same bookkeeping around its loop: set up the
 processes, threads and seeds; resume from the newest checkpoint of its output folder; log every step;
 save checkpoints; write the final model folder and the artifact. `TrainingRun` does all of that and
-nothing else: it neither builds the model nor changes it (the step chooses its layers, e.g. the CPU
-training scan of `nemotron.models.mamba2`, where it builds the model). The maths stays in the step file:
+nothing else: it never changes the model's layers (the step chooses them where it builds or loads the
+model, e.g. the CPU training scan of `nemotron.models.mamba2`). The maths stays in the step file:
 the batches, the forward pass, the loss and its weight, `backward()`, `no_sync`, clipping,
 `optimizer.step()` and the schedule. nano2's pretraining and SFT steps write one optimizer step out in
 full; the others call named library functions for the parts they share (`windows.pretraining_backward`,
