@@ -7,7 +7,7 @@ On whatever device it runs (CPU threads, or one CUDA GPU):
    the number every utilisation below is divided by.
 2. the recipe's train step (nano2 stage 0 at `--scale`, default tiny on a CPU, small on a GPU): the
    model of `nemotron.models.nano2` with our chunked Mamba-2 scan on a CPU (`nemotron.models.mamba2`, as
-   `TrainingRun.prepare` switches it on), the loss of `nemotron.training.losses.CausalLMLoss` (the output
+   the step switches it on where it builds the model), the loss of `nemotron.training.losses.CausalLMLoss` (the output
    head and cross-entropy a block of tokens at a time), the step's AdamW and schedule
    (`nemotron.training.optim.adamw_with_schedule`, stage 0's defaults), gradient clipping; bf16
    autocast on a GPU; the process's malloc policy (`nemotron.training.compute.keep_freed_memory`,

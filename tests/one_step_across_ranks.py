@@ -7,7 +7,9 @@ For each training step (nano2 pretraining, SFT and DPO; nano3 pretraining, SFT a
 step's tiny model from one seed, runs the library function the step's loop calls for its forward and
 backward passes (`pretraining_backward`, `sft_backward`, `dpo_backward`, or GRPO's `policy_loss`), then
 the step's clip and AdamW step, and rank 0 writes OUT/<name>.pt: the gradients DDP averaged and every
-parameter and buffer after the step. tests/test_loss_across_ranks.py compares the two runs.
+parameter and buffer after the step. tests/test_loss_across_ranks.py compares the two runs. nano2's
+pretraining and SFT steps write the same arithmetic out in their own loop (nano3's call these functions);
+their torchrun tests (tests/test_nano2_stage0_training.py, test_nano2_stage1_training.py) run them whole.
 
 The global batch is two SHARES. One process runs both as its micro-batches (gradient accumulation, or
 one batch for GRPO, which has none); rank r of two runs share r. Wherever a step's loss is a mean over

@@ -22,7 +22,7 @@ def test_whole_recipe_at_tiny_shows_learning_on_held_out_data(nano3_run):
     GRPO no worse than SFT on held-out reward beyond two standard errors of the paired gain.
 
     Not "RL above SFT": at tiny the 20 GRPO steps' gain is within noise of zero and its sign depends on
-    the SFT draw (the README's "What tiny measures": +0.030, -0.004, -0.010, 0.000, +0.021 across five
+    the SFT draw (the README's "Expected results": +0.030, -0.004, -0.010, 0.000, +0.021 across five
     draws that differ in the last bits of training). A harmful setting does fail it: lr 1e-4 lost
     0.040 ± 0.014 (2.8 standard errors)."""
     made = nano3_run.artifacts

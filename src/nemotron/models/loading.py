@@ -84,7 +84,8 @@ def mamba_kernels_note(device_type: str) -> str:
     """One log line naming the Mamba-2 implementation a model on `device_type` runs: the mamba_ssm and
     causal_conv1d CUDA kernels when both are installed and the model is on a GPU, else transformers'
     PyTorch reference (the chunked scan of `mamba2_chunk_scan`: correct, slower, more memory); on a CPU,
-    training (`TrainingRun.prepare`) runs our chunked scan (`nemotron.models.mamba2`) instead."""
+    the training steps run our chunked scan instead (each chooses it where it builds its model:
+    `nemotron.models.mamba2.use_training_scan`)."""
     import importlib.util
 
     missing = [name for name in ("mamba_ssm", "causal_conv1d") if importlib.util.find_spec(name) is None]

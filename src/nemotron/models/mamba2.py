@@ -33,7 +33,7 @@ it can (on a CPU, without a cache or a padding mask: training and its validation
 transformers' own forward otherwise (CUDA keeps
 the mamba_ssm kernels; generation keeps its cache). Its parameters are the same objects under the same
 names, so a saved model is a plain `NemotronHForCausalLM` folder. `use_training_scan(model)` switches
-every Mamba-2 layer of a model to it.
+every Mamba-2 layer of a model to it; each training step calls it in sight, where it builds its model.
 """
 
 from __future__ import annotations
@@ -149,7 +149,11 @@ class Mamba2TrainingMixer(NemotronHMamba2Mixer):
 
 
 def use_training_scan(model: nn.Module) -> nn.Module:
-    """Switch every `NemotronHMamba2Mixer` of `model` to `Mamba2TrainingMixer` (same parameters); returns it."""
+    """Switch every `NemotronHMamba2Mixer` of `model` to `Mamba2TrainingMixer`, in place; returns `model`.
+
+    Only the class of each mixer changes (its forward); the parameters stay the same objects under the same
+    names, so the optimizer, checkpoints and the saved folder are those of the plain model. On a GPU, or with
+    a cache (generation), the switched mixer runs transformers' forward as before."""
     for module in model.modules():
         if type(module) is NemotronHMamba2Mixer:
             module.__class__ = Mamba2TrainingMixer

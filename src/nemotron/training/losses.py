@@ -16,7 +16,8 @@ another order): tests/test_losses.py compares both, values and gradients, on see
 
 - `linear_cross_entropy(hidden, weight, targets)`: the mean loss over targets != IGNORE_INDEX.
 - `CausalLMLoss(model)`: a module whose forward is (input ids, targets) -> that loss, through the
-  model's backbone and its output head; wrap it in DDP (or compile it) like the model itself.
+  model's backbone and its output head; wrap it in DDP (or compile it) like the model itself. It equals
+  `F.cross_entropy(model(input_ids=x, use_cache=False).logits.flatten(0, 1), y.flatten())`.
 """
 
 from __future__ import annotations
@@ -107,11 +108,16 @@ def linear_cross_entropy(
 
 
 class CausalLMLoss(nn.Module):
-    """(input ids, target ids) -> mean next-token loss of a Hugging Face causal LM, by `linear_cross_entropy`.
+    """(input ids x, target ids y) -> the mean next-token loss of a Hugging Face causal LM `model`:
 
-    The model's backbone (`model.model`) gives the last hidden states; its untied output head
-    (`model.lm_head`, no bias) is applied a block at a time inside the loss. A module, so that DDP
-    (which must see the forward pass to average gradients) and torch.compile wrap it like the model.
+        CausalLMLoss(model)(x, y) == F.cross_entropy(model(input_ids=x, use_cache=False).logits.flatten(0, 1),
+                                                     y.flatten())
+
+    (the mean over every target != IGNORE_INDEX), equal to float rounding: the same value and gradients,
+    summed in another order (tests/test_losses.py). It never holds the full logits: the model's backbone
+    (`model.model`) gives the last hidden states, and `linear_cross_entropy` applies the untied output head
+    (`model.lm_head`, no bias) a block of tokens at a time. A module, so that DDP (which must see the forward
+    pass to average gradients) and torch.compile wrap it like the model.
     """
 
     def __init__(self, model: nn.Module, block_size: int | None = None) -> None:

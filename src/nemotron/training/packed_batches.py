@@ -12,7 +12,7 @@ means "predicting token i+1 from position i is trained". This module turns rows 
   changes (tests, benchmarks/bench_sft_packing.py).
 - `masked_token_loss(logits, batch)`: the SUM of next-token cross-entropy over trained positions.
 - `sft_backward(...)`: one optimizer step's forward and backward passes, the loss per trained token of
-  the whole step on all ranks.
+  the whole step on all ranks (nano3's SFT step; nano2's writes it out in its loop).
 - rows are drawn in seeded, resumable epochs by `nemotron.training.samplers.EpochSampler`.
 - `validation_loss(model, rows, pad_id)`: mean loss per trained token over held-out rows.
 
@@ -123,7 +123,8 @@ def sft_backward(forward, ddp, autocast, micro_batches: Sequence[SFTBatch], bala
     weighs the same, so accumulation and DDP give the one-big-batch gradient (tested); a per-micro-batch
     mean over-weights the tokens of micro-batches with few targets (the gradient-accumulation loss bug the
     HF Trainer fixed in v4.46, Oct 2024). `balance` (an `ExpertBalance`) adds the MoE load-balancing loss
-    of each forward pass, averaged over the micro-batches.
+    of each forward pass, averaged over the micro-batches. nano3's SFT step calls this; nano2's writes the
+    same arithmetic out in its own loop.
     """
     trained = sum_over_ranks(sum(batch.num_loss_tokens for batch in micro_batches))
     trained_per_rank = max(trained, 1.0) / world_size()

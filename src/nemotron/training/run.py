@@ -3,14 +3,19 @@
 Every training step (pretraining, SFT, DPO, ...) does the same bookkeeping around its loop: set up the
 processes, threads and seeds; resume from the newest checkpoint of its output folder; log every step;
 save checkpoints; write the final model folder and the artifact. `TrainingRun` does all of that and
-nothing else. The maths (the batches, the forward pass, the loss, `backward`, `no_sync`, clipping and
-`optimizer.step()`) stays visible in the step file:
+nothing else: it never changes the model's layers (the step chooses them where it builds or loads the
+model, e.g. the CPU training scan of `nemotron.models.mamba2`). The maths stays in the step file:
+the batches, the forward pass, the loss and its weight, `backward()`, `no_sync`, clipping,
+`optimizer.step()` and the schedule. nano2's pretraining and SFT steps write one optimizer step out in
+full; the others call named library functions for the parts they share (`windows.pretraining_backward`,
+`packed_batches.sft_backward`, `dpo.dpo_backward`, `optim.optimizer_step`):
 
     training = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")   # compute init
     model, optimizer, scheduler, data = ...                                          # the step's choices
+    loss_of, ddp, autocast = training.prepare(CausalLMLoss(model))                   # device, DDP, precision
     state = training.resume(model, optimizer, scheduler, data, tokenizer)            # -> LoopState
     for step in range(state.step + 1, steps + 1):
-        ...forward, loss, backward, clip, optimizer.step()...
+        ...forward, loss, backward (no_sync but the last micro-batch), clip, optimizer.step()...
         training.record(step, loss=loss, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=...)
         training.checkpoint_if_due(step)
     return training.finish(PretrainCheckpoint, metrics={...})
@@ -50,7 +55,6 @@ from nemotron.artifact import Artifact, mark_unfinished
 from nemotron.artifact.fields import part_of_the_run
 from nemotron.errors import NemotronError
 from nemotron.models.loading import mamba_kernels_note, quiet_cuda_kernel_notes
-from nemotron.models.mamba2 import use_training_scan
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compute import (
     autocast_dtype,
@@ -132,12 +136,11 @@ class TrainingRun:
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
 
     def prepare(self, model: nn.Module) -> tuple[nn.Module, DistributedDataParallel | None, Any]:
-        """Put `model` on this process's device in training mode. Returns (what to call for the forward
-        pass: the model, its DDP wrapper under torchrun, compiled with `--compile`; the DDP wrapper or
-        None, for `no_sync`; the autocast context of `--precision` on this device: bf16, or a no-op for fp32).
-        On a CPU the Mamba-2 layers run our chunked scan (`nemotron.models.mamba2`: the same maths as
-        transformers' PyTorch path, 1.3x faster at nano2 tiny); the parameters and the saved folder do not change."""
-        use_training_scan(model).to(self.device).train()
+        """Put `model` on this process's device in training mode, as the step built it (nothing is swapped).
+        Returns (what to call for the forward pass: `model`, its DDP wrapper under torchrun, compiled with
+        `--compile`; the DDP wrapper or None, for `no_sync`; the autocast context of `--precision` on this
+        device: bf16, or a no-op for fp32)."""
+        model.to(self.device).train()
         dtype = autocast_dtype(self.config.precision, self.device)
         # said once `resume` has accepted the output folder, so a refused run prints only its error
         kernels = mamba_kernels_note(self.device.type)

@@ -201,6 +201,7 @@ def pretraining_backward(
     1/grad_accum_steps; the counts keep it true for any batch. `balance` (an `ExpertBalance`, for a
     mixture of experts) adds coeff x the load-balancing loss of each forward pass (Switch Transformer;
     Megatron's seq_aux_loss), averaged over the micro-batches; its gradient reaches only the routers.
+    nano3's pretraining step calls this; nano2's writes the same arithmetic out in its own loop.
     """
     micro_batches = windows.split(micro_batch_size)
     targets_per_rank = sum_over_ranks(windows[:, 1:].numel()) / world_size()

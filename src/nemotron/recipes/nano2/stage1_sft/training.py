@@ -52,6 +52,8 @@ answers without loading them.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -88,17 +90,20 @@ class Config(FineTuningSettings):
 
 
 def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
+    import torch
+
     from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
+    from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import hand_off
-    from nemotron.training.optim import adamw_with_schedule, optimizer_step
+    from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.packed_batches import (
         collate_packed,
         collate_per_conversation,
-        sft_backward,
+        masked_token_loss,
         validation_loss,
     )
     from nemotron.training.run import TrainingRun
@@ -129,7 +134,9 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
                largest_id=max(int(row.input_ids.max()) for row in rows),
                longest=max(len(row.input_ids) for row in rows),
                fix="re-run data curation from this checkpoint (its tokenizer, a --pack-size within its context)")
-    model = training.load_model(base.model_dir)
+    # The stage-0 hybrid: its Mamba-2 layers train on a CPU with our chunked scan (nemotron/models/mamba2.py: what a
+    # Mamba-2 layer computes), the same maths and parameters as transformers' scan; the stage-0 step says more.
+    model = use_training_scan(training.load_model(base.model_dir))
     forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun
     optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW; warmup, then cosine decay
 
@@ -143,9 +150,31 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
         micro_batches = [collate(rows, pad_id).to(training.device) for rows in batches.next_step()]
-        # The loss SUM over trained tokens, divided by the trained tokens of the whole step on all ranks.
-        step_loss = sft_backward(forward, ddp, autocast, micro_batches)
-        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
+        # A per-token loss: each micro-batch's loss SUM over its trained tokens, divided by the trained tokens of
+        # the whole step on all ranks over the world size (DDP AVERAGES the ranks' gradients; compute.sum_over_ranks
+        # writes the algebra out). Every assistant token weighs the same, whichever micro-batch or rank holds it.
+        trained = sum_over_ranks(sum(batch.num_loss_tokens for batch in micro_batches))
+        trained_per_rank = max(trained, 1.0) / world_size
+        step_loss = torch.zeros(())  # this rank's share of the step's loss per trained token, for the log
+        for index, batch in enumerate(micro_batches):
+            # Gradients add up in each parameter's .grad over the micro-batches (accumulation). DDP all-reduces
+            # them during the last backward() only: no_sync() on the others saves an all-reduce per micro-batch.
+            last = index == len(micro_batches) - 1
+            sync = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
+            with sync, autocast:
+                logits = forward(**batch.model_inputs(), use_cache=False).logits
+                # masked_token_loss == (F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten(),
+                # reduction="none") * batch.loss_mask.flatten()).sum(): the sum over trained positions only.
+                loss = masked_token_loss(logits, batch) / trained_per_rank
+            loss.backward()
+            step_loss += loss.detach().cpu()
+        # The update, as in stage 0: AdamW at this step's rate after clipping the gradient's global norm (the norm
+        # before clipping is logged), then the schedule's next rate, and the gradients cleared for the next step.
+        lr = scheduler.get_last_lr()[0]
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
 
         # Bookkeeping: the step's loss per trained token over all ranks, and validation when due.
         validation = None
@@ -154,7 +183,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
                                              autocast=autocast)
             validation = {"val_loss": loss_per_token}
         step_tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
-        training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm,
+        training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
                         tokens=step_tokens, validation=validation)
         training.checkpoint_if_due(step)
 

@@ -100,6 +100,7 @@ def main(config: Config) -> DPOCheckpoint:
     from nemotron.data_prep.preference import read_tokenized_pairs
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import load_model
+    from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.compute import barrier, sum_over_ranks
     from nemotron.training.dpo import (
         check_dpo_settings,
@@ -130,7 +131,7 @@ def main(config: Config) -> DPOCheckpoint:
     train, valid = read_tokenized_pairs(dataset.train_tokens), read_tokenized_pairs(dataset.valid_tokens)
 
     # --- model: the policy starts as the SFT model ---
-    model = training.load_model(sft.model_dir)
+    model = use_training_scan(training.load_model(sft.model_dir))  # CPU: Mamba-2's chunked scan (models/mamba2.py)
     forward, ddp, autocast = training.prepare(model)  # on the device, training mode; DDP under torchrun
     optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW; warmup, then cosine decay
 

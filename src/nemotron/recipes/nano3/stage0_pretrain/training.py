@@ -90,6 +90,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models import nano3
     from nemotron.models.loading import ModelLimits, check_fits
+    from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.compute import all_reduce_mean, check_trainable_here
     from nemotron.training.losses import CausalLMLoss
     from nemotron.training.megatron_bridge import hand_off
@@ -125,7 +126,8 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     largest = max(IndexedReader(prefix).max_token_id() for prefix in dataset.train_prefixes + dataset.valid_prefixes)
     check_fits(ModelLimits.of(model_config), largest_id=largest, longest=seq_len, where=str(dataset.path),
                fix="lower --seq-len, or re-run data curation with this model's vocabulary")
-    model = nano3.build_model(model_config, seed=config.seed)
+    # On a CPU the Mamba-2 layers train with our chunked scan (models/mamba2.py; nano2's stage-0 step says why).
+    model = use_training_scan(nano3.build_model(model_config, seed=config.seed))
     forward, ddp, autocast = training.prepare(CausalLMLoss(model))  # the blocked loss, as nano2's pretraining
     # The routers' load balancing (none in the dense model): the auxiliary loss, the expert bias, the log.
     balance = ExpertBalance(model, moe_config.num_experts_per_tok, aux_coeff, bias_rate)

@@ -74,6 +74,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
+    from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import FAMILIES, hand_off
     from nemotron.training.moe import ExpertBalance
@@ -112,7 +113,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
                longest=dataset.pack_size, fix="re-run stage-1 data curation from this checkpoint")
 
     # --- model, optimizer, data ---
-    model = training.load_model(base.model_dir)
+    model = use_training_scan(training.load_model(base.model_dir))  # CPU: Mamba-2's chunked scan (models/mamba2.py)
     forward, ddp, autocast = training.prepare(model)
     balance = ExpertBalance(model, model.config.num_experts_per_tok, config.aux_loss_coeff, config.bias_update_rate)
     optimizer, scheduler = adamw_with_schedule(model, config, steps)

@@ -96,6 +96,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     from nemotron.data_prep.verifiable import check_reward_function, read_problems, score
     from nemotron.models import nano3
     from nemotron.models.loading import load_model
+    from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.compute import all_reduce_mean, sum_over_ranks
     from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
     from nemotron.training.moe import ExpertBalance
@@ -124,7 +125,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     tokenizer = load_tokenizer(sft.model_dir)
 
     # --- the policy (trained), the reference (frozen SFT model, only with a KL term) ---
-    policy = training.load_model(sft.model_dir)
+    policy = use_training_scan(training.load_model(sft.model_dir))  # CPU: Mamba-2's chunked scan (models/mamba2.py)
     forward, ddp, autocast = training.prepare(policy)
     reference = load_model(sft.model_dir)[0] if config.kl_beta else None
     # The balancing loss stays on; the expert bias is frozen (the policy should not re-route during RL).
