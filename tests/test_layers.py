@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
-LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "serve", "training", "sdg",
+LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "trace", "serve", "training", "sdg",
           "evaluation", "chat", "recipes"]
 BASE = {"artifact", "trackers", "cli", "errors", "atomic", "__init__"}  # the contract: importable from anywhere
 
