@@ -11,8 +11,9 @@ reused: `nemotron.trace.index`). Spans are maximal and found greedily left to ri
 the longest run of tokens that occurs in some dataset; if it is at least `min_tokens` long it is a
 span and the search goes on after it, else it goes on at the next token. So a span may start mid-way
 through the text, and mid-way through a training document. Each span names, for up to `max_sources`
-occurrences (the first in the data), the dataset artifact, the document (shard and index, conversation
-id and message, pair id and part), the token position in it, and a snippet of the context.
+occurrences in each dataset that holds it (the first there), the dataset artifact, the document (shard
+and index, conversation id and message, pair id and part), the token position in it, and a snippet of
+the context.
 
 Measured (`python -m nemotron.trace ...` on a tiny nano2 run, 2 shared CPU cores; each index's
 receipt.json has its own numbers): the stage-0 pretraining shards, 1.49M tokens, index in ~6 s at a
@@ -66,7 +67,7 @@ class Span:
     char_end: int
     text: str
     occurrences: int  # in all the datasets that hold it, each counted
-    sources: list[Source] = field(default_factory=list)  # the first few occurrences, nearest dataset first
+    sources: list[Source] = field(default_factory=list)  # the first few in each dataset, nearest dataset first
 
     @property
     def num_tokens(self) -> int:
@@ -137,9 +138,9 @@ class Tracer:
             if best < min_tokens:
                 i += 1
                 continue
-            sources = [self._source(index, position, best)
+            sources = [self._source(index, position, best)  # the first few in each dataset that holds it
                        for index, lo, hi in hits
-                       for position in sorted(int(p) for p in index.suffix_array[lo:hi])][:max_sources]
+                       for position in np.sort(index.suffix_array[lo:hi])[:max_sources].tolist()]
             spans.append(Span(
                 start=i, end=i + best, char_start=offsets[i][0], char_end=offsets[i + best - 1][1],
                 text=text[offsets[i][0]:offsets[i + best - 1][1]],
@@ -147,6 +148,15 @@ class Tracer:
             ))
             i += best
         return spans
+
+    def copied(self, text: str) -> Span | None:
+        """The longest span of an answer that is copied from the training data: at least
+        `DEFAULT_MIN_TOKENS` tokens, or the whole answer when it is shorter; None if none is."""
+        whole = len(self.tokenize(text)[0])
+        if whole == 0:
+            return None
+        spans = self.find_spans(text, min_tokens=min(DEFAULT_MIN_TOKENS, whole), max_sources=1)
+        return max(spans, key=lambda span: span.num_tokens, default=None)
 
     def _source(self, index: TokenIndex, position: int, length: int) -> Source:
         doc = index.document_of(position)
