@@ -6,6 +6,7 @@
     sdg/                      synthetic data: endpoint client, strategies, judge, cost (a client of serve, over HTTP)
     training/                 the training run, losses, samplers, compute setup
     serve/                    the model server: engine, chat formats of checkpoints, HTTP API, page
+    trace/                    spans of a text found in a model's training data (below serve: its page calls it)
     models/                   model configs, loading, "fits this model" checks
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
     artifact/ trackers cli    the contract every step keeps (and atomic writes, errors)
