@@ -59,8 +59,8 @@ def copy_tracer(checkpoint: dict[str, Any] | None):
 
 
 def copied_note(tracer, answer: str) -> str:
-    """`*copied (N tokens, from <source>)*` when the answer, or a run of 8+ of its tokens, is word for word
-    in the model's training data (`nemotron.trace`); empty otherwise."""
+    """`*copied (N tokens, from <source>)*` when a run of 8+ of the answer's tokens (all but one of a
+    shorter answer's) is word for word in the model's training data (`Tracer.copied`); empty otherwise."""
     span = tracer.copied(answer) if tracer is not None and answer.strip() else None
     return f"*{span.describe()}*" if span else ""
 

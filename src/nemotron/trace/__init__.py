@@ -151,11 +151,13 @@ class Tracer:
 
     def copied(self, text: str) -> Span | None:
         """The longest span of an answer that is copied from the training data: at least
-        `DEFAULT_MIN_TOKENS` tokens, or the whole answer when it is shorter; None if none is."""
+        `DEFAULT_MIN_TOKENS` tokens, or, for a shorter answer, all its tokens but possibly one (the tiny
+        model's "I am not yet." is "I am not yet" of "I am not yet capable of feeling sadness." with its
+        own full stop); None if none is, or the answer has under 3 tokens."""
         whole = len(self.tokenize(text)[0])
-        if whole == 0:
+        if whole < 3:
             return None
-        spans = self.find_spans(text, min_tokens=min(DEFAULT_MIN_TOKENS, whole), max_sources=1)
+        spans = self.find_spans(text, min_tokens=min(DEFAULT_MIN_TOKENS, whole - 1), max_sources=1)
         return max(spans, key=lambda span: span.num_tokens, default=None)
 
     def _source(self, index: TokenIndex, position: int, length: int) -> Source:

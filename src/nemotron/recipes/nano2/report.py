@@ -198,8 +198,9 @@ def write_report(folder: Path) -> Path:
     if samples:
         md += ["", "## What the models say", "",
                "Greedy answers to the same held-out questions (never trained on), cut at the sample length. "
-               "*copied (N tokens, from ...)* marks an answer whose longest run of 8+ tokens (or the whole answer, "
-               "if shorter) is word for word in that model's training data: `python -m nemotron.trace CHECKPOINT "
+               "*copied (N tokens, from ...)* marks an answer with a run of 8+ tokens (or, if shorter, all its "
+               "tokens but at most one) word for word in that model's training data: "
+               "`python -m nemotron.trace CHECKPOINT "
                "\"answer\"` shows where.", "",
                *samples]
     for art in artifacts:
