@@ -229,3 +229,28 @@ def test_the_command_prints_the_spans_as_json(sft_checkpoint, tiny_sft_dataset, 
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_an_answer_from_the_report_card_names_the_training_conversation(nano2_run):
+    """The done-when check: the DPO model's greedy answer, as the report card shows it, traced with the
+    command names the stage-1 training conversation that holds it (and the report card marks it)."""
+    samples = json.loads((nano2_run.out / "stage2_alignment" / "evaluation" / "samples.json").read_text())
+    answer = samples[0]["completion"].strip()
+    assert answer in nano2_run.report_text
+    checkpoint = nano2_run.out / "stage2_alignment" / "training"
+    tracer = Tracer(checkpoint)
+    span = tracer.copied(answer)
+    assert span is not None, answer
+    done = subprocess.run([sys.executable, "-m", "nemotron.trace", str(checkpoint), answer,
+                           "--min-tokens", str(span.num_tokens), "--max-sources", "1000"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    sources = json.loads(done.stdout)["trace"]["spans"][0]["sources"]
+    named = {s["document"]["conversation"] for s in sources if s["dataset_type"] == "sftdataset"}
+    conversations = read_conversations(nano2_run.out / "stage1_sft" / "data_curation" / "train_conversations.jsonl")
+    holding = {c["id"] for c in conversations if any(span.text in m["content"] for m in c["messages"])}
+    assert named and named <= holding, (named, holding)
+    verify = subprocess.run([sys.executable, "-m", "nemotron.artifact", "verify", str(checkpoint)],
+                            capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stderr  # the indexes beside the datasets changed no digest
