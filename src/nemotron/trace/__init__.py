@@ -15,15 +15,17 @@ occurrences in each dataset that holds it (the first there), the dataset artifac
 and index, conversation id and message, pair id and part), the token position in it, and a snippet of
 the context.
 
-Measured (`python -m nemotron.trace ...` on a tiny nano2 run, 2 shared CPU cores; each index's
-receipt.json has its own numbers): the stage-0 pretraining shards, 1.49M tokens, index in ~6 s at a
-peak of ~0.15 GB, i.e. ~1.1 hours and ~100 GiB per billion tokens (extrapolated linearly from the
-per-token cost: prefix doubling is O(n log n) per round, so a billion tokens costs somewhat more per
-token than this; its peak is about 12 int64 arrays of n: a billion-token corpus wants a machine with
-that memory, or an external-memory build such as pydivsufsort's or infini-gram's, not this readable
-one). The index on disk is 12 bytes per token (int32 tokens + int64 suffix array). A lookup of an
-answer of ~30 tokens against all the datasets of a nano2 run takes ~10 ms once the indexes are
-memory-mapped (binary search: O(length x log n) per position).
+Measured (`python benchmarks/bench_trace.py runs/nano2/stage2_alignment/training`, tiny nano2 run, 2
+shared CPU cores; each index's receipt.json has its own numbers): the stage-0 pretraining shards, 1.49M
+tokens, index built in 1.7 s (6-12 s while a recipe trains beside it) at a peak of 93 MiB, i.e. about
+0.3 hours and 61 GiB per billion tokens, extrapolated linearly from the per-token cost (prefix doubling
+is O(n log n) per round, with about log2(longest repeated run) rounds, so a billion tokens costs
+somewhat more per token; the peak is a handful of int64 arrays of n: a billion-token corpus wants a
+big-memory machine, or an external-memory build such as infini-gram's, not this readable one). On disk
+an index is 12 bytes per token (int32 tokens + int64 suffix array). A lookup of a ~40-token text against
+the three datasets of a nano2 run takes 0.6 ms once the indexes are memory-mapped (binary search,
+O(length x log n)), 7x faster than a linear numpy scan of the pretraining tokens in the same run;
+loading the tokenizer and mapping the indexes (a `Tracer`) takes about a second, once per checkpoint.
 """
 
 from __future__ import annotations
