@@ -6,6 +6,7 @@
     sdg/                      synthetic data: endpoint client, strategies, judge, cost (a client of serve, over HTTP)
     training/                 the training run, losses, samplers, compute setup
     serve/                    the model server: engine, chat formats of checkpoints, HTTP API, page
+    trace/                    spans of a text found in a model's training data (below serve: its page calls it)
     models/                   model configs, loading, "fits this model" checks
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
     artifact/ trackers cli    the contract every step keeps (and atomic writes, errors)
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
-LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "serve", "training", "sdg",
+LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "data_prep", "models", "trace", "serve", "training", "sdg",
           "evaluation", "chat", "recipes"]
 BASE = {"artifact", "trackers", "cli", "errors", "atomic", "__init__"}  # the contract: importable from anywhere
 

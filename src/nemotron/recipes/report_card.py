@@ -5,8 +5,10 @@ A recipe's `report.py` picks its artifacts and its headline table; the pieces he
 `step_name`, `plot_loss_curves` (training and validation loss of each checkpoint, from the metrics JSONL
 it references), `steps_section` (wall time, throughput and settings per step, then the lineage tree),
 `standard_benchmarks_section` (score, chance and control of each standard benchmark a step ran),
-`talk_section` (the exact `nemotron.chat` command for the final model) and `report_main` (the `python -m
-<recipe>.report FOLDER` command line). Nothing here re-runs a model or reads a tracker.
+`talk_section` (the exact `nemotron.chat` command for the final model), `copy_tracer` / `copied_note` (the
+mark on a greedy answer copied word for word from the model's training data, by `nemotron.trace`) and
+`report_main` (the `python -m <recipe>.report FOLDER` command line). Nothing here re-runs a model or reads
+a tracker.
 """
 
 from __future__ import annotations
@@ -40,6 +42,28 @@ def collect(starts: list[Path]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
+
+
+def copy_tracer(checkpoint: dict[str, Any] | None):
+    """A `nemotron.trace.Tracer` over the training data of a checkpoint of the report (its indexes are
+    built on first use, in seconds at tiny); None without the checkpoint or when its data cannot be read
+    (said on stderr: the report is still written, without the copy marks)."""
+    from nemotron.trace import Tracer
+
+    if checkpoint is None:
+        return None
+    try:
+        return Tracer(checkpoint["path"])
+    except NemotronError as error:
+        print(f"warning: no copy marks for {checkpoint['path']}: {error}", file=sys.stderr)
+        return None
+
+
+def copied_note(tracer, answer: str) -> str:
+    """`*copied (N tokens, from <source>)*` when a run of 8+ of the answer's tokens (all but one of a
+    shorter answer's) is word for word in the model's training data (`Tracer.copied`); empty otherwise."""
+    span = tracer.copied(answer) if tracer is not None and answer.strip() else None
+    return f"*{span.describe()}*" if span else ""
 
 
 def fmt(value: Any) -> str:

@@ -8,12 +8,13 @@ and writes, next to the recipe output (`<folder>/report/`):
 
   report.md         the headline numbers first (which way is better, what a tiny run reaches), the
                     base / SFT / DPO metrics side by side with their directions, greedy answers of the
-                    three models to the same held-out questions, wall time per step, settings, lineage
+                    three models to the same held-out questions (each marked when copied from that
+                    model's training data, `nemotron.trace`), wall time per step, settings, lineage
   loss_curves.png   training loss (line) and validation loss (dots) of each training step,
                     read from the metrics JSONL each checkpoint artifact references
 
-Nothing here re-runs a model or reads a tracker: if the artifacts are on disk, the report can be
-rebuilt, by anyone, at any time.
+Nothing here re-runs a model or reads a tracker (the copy marks read only tokenizers and training data):
+if the artifacts are on disk, the report can be rebuilt, by anyone, at any time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from nemotron.artifact import METADATA
 from nemotron.errors import NemotronError
 from nemotron.recipes.report_card import (
     collect,
+    copied_note,
+    copy_tracer,
     fmt,
     plain_metrics,
     plot_loss_curves,
@@ -129,9 +132,18 @@ def samples_table(artifacts: list[dict[str, Any]]) -> list[str]:
     def cell(text: str) -> str:
         return " ".join(text.split()).replace("|", "\\|") or "(nothing)"
 
+    # Each answer checked against the training data of the model that gave it (its checkpoint's lineage).
+    checkpoint_types = {"base": "pretraincheckpoint", "sft": "sftcheckpoint", "dpo": "dpocheckpoint"}
+    tracers = {model: copy_tracer(next((a for a in artifacts if a["type"] == kind), None))
+               for model, kind in checkpoint_types.items()}
+
+    def answer_cell(answers: dict[str, str], model: str) -> str:
+        note = copied_note(tracers[model], answers.get(model, ""))
+        return cell(answers.get(model, "")) + (f" {cell(note)}" if note else "")
+
     lines = ["| held-out question | base | SFT | DPO |", "|---|---|---|---|"]
     for prompt, answers in rows.items():
-        lines.append(f"| {cell(prompt)} | " + " | ".join(cell(answers.get(m, "")) for m in MODELS) + " |")
+        lines.append(f"| {cell(prompt)} | " + " | ".join(answer_cell(answers, m) for m in MODELS) + " |")
     return lines
 
 
@@ -186,7 +198,11 @@ def write_report(folder: Path) -> Path:
     samples = samples_table(artifacts)
     if samples:
         md += ["", "## What the models say", "",
-               "Greedy answers to the same held-out questions (never trained on), cut at the sample length.", "",
+               "Greedy answers to the same held-out questions (never trained on), cut at the sample length. "
+               "*copied (N tokens, from ...)* marks an answer with a run of 8+ tokens (or, if shorter, all its "
+               "tokens but at most one) word for word in that model's training data: "
+               "`python -m nemotron.trace CHECKPOINT "
+               "\"answer\"` shows where.", "",
                *samples]
     for art in artifacts:
         if art["type"] == "pretrainresults":
