@@ -161,11 +161,13 @@ def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> 
     return md
 
 
-def cell(value: Any) -> str:
-    """One table cell: whitespace folded, pipes escaped, a missing answer named."""
+def cell(value: Any, width: int = 100) -> str:
+    """One table cell: whitespace folded, cut at `width` characters, pipes escaped, a missing answer named."""
     if value is None:
         return "(no answer)"
-    return " ".join(str(value).split()).replace("|", "\\|") or "(nothing)"
+    text = " ".join(str(value).split())
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return text.replace("|", "\\|") or "(nothing)"
 
 
 def talk_section(artifacts: list[dict[str, Any]]) -> list[str]:
