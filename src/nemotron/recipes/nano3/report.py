@@ -20,15 +20,7 @@ from typing import Any
 from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.errors import NemotronError
-from nemotron.recipes.report_card import (
-    collect,
-    fmt,
-    lessons_section,
-    plot_loss_curves,
-    report_main,
-    steps_section,
-    talk_section,
-)
+from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section, talk_section
 from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
@@ -90,6 +82,8 @@ STAGES = {"nano3pretrainresults": "stage 0: pretraining (MoE)", "nano3sftresults
 def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
     """"Did it work?": each stage's lesson and the answers it changed (recipes.report_card), then GRPO's
     share of clipped probability ratios, or why it is zero."""
+    from nemotron.recipes.report_card import lessons_section
+
     md = lessons_section(artifacts, STAGES)
     if not md:
         return []
