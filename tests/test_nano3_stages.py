@@ -305,6 +305,28 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
     assert "\n" not in str(error.value) and not (tmp_path / "bad").exists()
 
 
+def test_rl_prompts_artifact_holds_the_sft_training_problems_and_grpo_trains_on_them_alike(sft_data, sft, tmp_path):
+    """Stage-2 data_curation writes the SFT dataset's training problems (through its stage list) and the
+    checker's specification; GRPO reading that artifact trains exactly as it did from the SFT dataset."""
+    from nemotron.data_prep.verifiable import read_problems
+    from nemotron.recipes.nano3.stage2_rl import data_curation as rl_curation
+
+    prompts = rl_curation.main(rl_curation.Config(checkpoint_path=sft.path, output_dir=tmp_path / "prompts"))
+    made = [p for path in prompts.prompt_files for p in read_problems(path)]
+    assert made == read_problems(sft_data.train_problems) and prompts.num_prompts == len(made)
+    checker = json.loads(prompts.checker.read_text())
+    assert checker["reward_function"] == rl_training.Config().reward_function and checker["format_bonus"] > 0
+    via_artifact = rl_training.main(rl_training.Config(checkpoint_path=sft.path, dataset_path=prompts.path,
+                                                       output_dir=tmp_path / "rl_artifact", **RL))
+    direct = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=tmp_path / "rl_direct", **RL))
+    assert prompts.digest in {ref.digest for ref in via_artifact.inputs}
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_seconds")} for r in rows]  # noqa: E731
+    assert strip(read_metrics(via_artifact.metrics_path)) == strip(read_metrics(direct.metrics_path))
+    first = load_file(via_artifact.model_dir / "model.safetensors")
+    second = load_file(direct.model_dir / "model.safetensors")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
 @pytest.mark.slow
 def test_grpo_under_torchrun_samples_a_share_per_rank_and_saves_one_artifact(sft, tmp_path):
     out = tmp_path / "ddp"

@@ -25,7 +25,7 @@ from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
          *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation")),
-         *(("stage2_rl", step) for step in ("training", "evaluation"))]
+         *(("stage2_rl", step) for step in ("data_curation", "training", "evaluation"))]
 
 
 def write_report(folder: Path) -> Path:
