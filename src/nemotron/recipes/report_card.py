@@ -71,6 +71,53 @@ def step_name(art: dict[str, Any]) -> str:
     return "/".join(parts[-2:])
 
 
+def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> list[str]:
+    """Markdown: each stage's lesson (`metrics["lesson"]` of its evaluation artifact, `stages` maps the
+    artifact type to the stage's name) with its standard error and a plain verdict, then per stage the
+    held-out answers it fixed and broke (`metrics["changed_answers"]`, chosen by the rule recorded there)."""
+    from nemotron.evaluation.lessons import verdict
+
+    found = [(stages[a["type"]], a["metrics"]) for a in artifacts
+             if a["type"] in stages and isinstance(a.get("metrics", {}).get("lesson"), dict)]
+    if not found:
+        return []
+    md = ["Each stage's lesson: its model against the model it started from (stage 0: a unigram baseline) on",
+          "the same held-out items; the gain is positive when the stage helped, and its standard error is paired",
+          "over the items.", "",
+          "| stage | measure | before | after | gain ± SE | n | verdict |", "|---|---|---|---|---|---|---|"]
+    for stage, metrics in found:
+        record = metrics["lesson"]
+        md.append(f"| {stage} | {record['measure']} | {fmt(record['before'])} | {fmt(record['after'])} | "
+                  f"{record['gain']:+.4g} ± {record['standard_error']:.2g} | {record['n']} | {verdict(record)} |")
+    for stage, metrics in found:
+        changed = metrics.get("changed_answers")
+        if not isinstance(changed, dict):
+            continue
+        md += ["", f"### {stage}: held-out answers it changed", "",
+               f"{changed['num_fixed']} fixed, {changed['num_broken']} broken; shown: {changed['rule']}.", ""]
+        rows = [("fixed", row) for row in changed["fixed"]] + [("broken", row) for row in changed["broken"]]
+        if not rows:
+            md.append("(none changed)")
+        elif "before" in rows[0][1]:
+            md += ["| | question | right answer | before | after |", "|---|---|---|---|---|"]
+            md += [f"| {how} | {cell(row['question'])} | {cell(row['expected'])} | {cell(row['before'])} | "
+                   f"{cell(row['after'])} |" for how, row in rows]
+        else:  # preference pairs: fixed = now prefers the chosen answer, broken = now prefers the rejected one
+            md += ["| | question | chosen | rejected (kind) |", "|---|---|---|---|"]
+            md += [f"| {how} | {cell(row['question'])} | {cell(row['expected'])} | {cell(row['rejected'])} "
+                   f"({row.get('rejected_kind', '')}) |" for how, row in rows]
+    return md
+
+
+def cell(value: Any, width: int = 100) -> str:
+    """One table cell: whitespace folded, cut at `width` characters, pipes escaped, a missing answer named."""
+    if value is None:
+        return "(no answer)"
+    text = " ".join(str(value).split())
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return text.replace("|", "\\|") or "(nothing)"
+
+
 # ---------------------------------------------------------------------------------------------
 # Plots
 # ---------------------------------------------------------------------------------------------
@@ -121,53 +168,6 @@ def steps_section(artifacts: list[dict[str, Any]], last: Path) -> list[str]:
     md += ["", f"Total wall time of the steps: {total:.0f} s.", ""]
     md += ["## Lineage", "", "```", *lineage_lines(last), "```", ""]
     return md
-
-
-def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> list[str]:
-    """Markdown: each stage's lesson (`metrics["lesson"]` of its evaluation artifact, `stages` maps the
-    artifact type to the stage's name) with its standard error and a plain verdict, then per stage the
-    held-out answers it fixed and broke (`metrics["changed_answers"]`, chosen by the rule recorded there)."""
-    from nemotron.evaluation.lessons import verdict
-
-    found = [(stages[a["type"]], a["metrics"]) for a in artifacts
-             if a["type"] in stages and isinstance(a.get("metrics", {}).get("lesson"), dict)]
-    if not found:
-        return []
-    md = ["Each stage's lesson: its model against the model it started from (stage 0: a unigram baseline) on",
-          "the same held-out items; the gain is positive when the stage helped, and its standard error is paired",
-          "over the items.", "",
-          "| stage | measure | before | after | gain ± SE | n | verdict |", "|---|---|---|---|---|---|---|"]
-    for stage, metrics in found:
-        record = metrics["lesson"]
-        md.append(f"| {stage} | {record['measure']} | {fmt(record['before'])} | {fmt(record['after'])} | "
-                  f"{record['gain']:+.4g} ± {record['standard_error']:.2g} | {record['n']} | {verdict(record)} |")
-    for stage, metrics in found:
-        changed = metrics.get("changed_answers")
-        if not isinstance(changed, dict):
-            continue
-        md += ["", f"### {stage}: held-out answers it changed", "",
-               f"{changed['num_fixed']} fixed, {changed['num_broken']} broken; shown: {changed['rule']}.", ""]
-        rows = [("fixed", row) for row in changed["fixed"]] + [("broken", row) for row in changed["broken"]]
-        if not rows:
-            md.append("(none changed)")
-        elif "before" in rows[0][1]:
-            md += ["| | question | right answer | before | after |", "|---|---|---|---|---|"]
-            md += [f"| {how} | {cell(row['question'])} | {cell(row['expected'])} | {cell(row['before'])} | "
-                   f"{cell(row['after'])} |" for how, row in rows]
-        else:  # preference pairs: fixed = now prefers the chosen answer, broken = now prefers the rejected one
-            md += ["| | question | chosen | rejected (kind) |", "|---|---|---|---|"]
-            md += [f"| {how} | {cell(row['question'])} | {cell(row['expected'])} | {cell(row['rejected'])} "
-                   f"({row.get('rejected_kind', '')}) |" for how, row in rows]
-    return md
-
-
-def cell(value: Any, width: int = 100) -> str:
-    """One table cell: whitespace folded, cut at `width` characters, pipes escaped, a missing answer named."""
-    if value is None:
-        return "(no answer)"
-    text = " ".join(str(value).split())
-    text = text if len(text) <= width else text[: width - 1] + "…"
-    return text.replace("|", "\\|") or "(nothing)"
 
 
 def talk_section(artifacts: list[dict[str, Any]]) -> list[str]:
