@@ -80,14 +80,13 @@ def write_plays_blend(folder: Path, plays: set[str], split: list[float]) -> Path
 
 
 def curate_two_plays_nano3(blend_folder: Path, output_dir: Path, scale: str = "tiny"):
-    """nano2's stage-0 data curation over Hamlet and Macbeth with the nano3 chat template: the real
+    """nano3's stage-0 data curation over Hamlet and Macbeth (the nano3 chat template): the real
     PretrainDataset the nano3 tests train on (small at every scale: the corpus is two plays)."""
-    from nemotron.recipes.nano2.stage0_pretrain import data_curation
+    from nemotron.recipes.nano3.stage0_pretrain import data_curation
 
     blend = write_plays_blend(blend_folder, {"hamlet", "macbeth"}, [0.8, 0.2, 0])
     return data_curation.main(data_curation.Config(
-        blend_path=blend, vocab_size=512, num_shards=2, workers=1, chat_template="nano3",
-        scale=scale, output_dir=output_dir))
+        blend_path=blend, vocab_size=512, num_shards=2, workers=1, scale=scale, output_dir=output_dir))
 
 
 def make_chat_checkpoint(root: Path, artifact_class, family: str = "nano2"):

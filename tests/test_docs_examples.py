@@ -228,3 +228,30 @@ def test_the_nano2_readme_has_the_template_sections_with_true_parameter_counts()
     bibtex = text[text.index("## Citation") :]
     assert "```bibtex" in bibtex and len(re.findall(r"^@\w+\{", bibtex, re.MULTILINE)) >= 3
     assert "2508.14444" in bibtex  # the Nemotron Nano 2 report the recipe follows
+
+
+def test_the_nano3_readme_has_the_template_sections_with_true_parameter_counts():
+    from nemotron.data_prep.tokenizer import VOCAB_SIZES
+    from nemotron.models.nano3 import SCALES, active_parameters, build_config, count_parameters
+
+    text = (REPO / "src" / "nemotron" / "recipes" / "nano3" / "README.md").read_text()
+    missing = [section for section in TEMPLATE_SECTIONS if section + "\n" not in text]
+    assert not missing, f"nano3/README.md lacks {missing}"
+    overview = text[text.index("## Model overview") : text.index("## Hardware requirements")]
+    hardware = text[text.index("## Hardware requirements") : text.index("## How to run")]
+    for scale in SCALES:
+        config = build_config(scale, VOCAB_SIZES[scale])
+        params, active = count_parameters(config), active_parameters(config)
+        row = next(line for line in hardware.splitlines() if line.startswith(f"| {scale} |"))
+        shown = re.search(r"16 x ([\d.]+) ([MB])", row)
+        assert shown, row
+        value = float(shown[1]) * (1e6 if shown[2] == "M" else 1e9)
+        assert abs(value - params) / params < 0.03, f"{scale}: README says {shown[0]}, the model has {params:,}"
+        row = next(line for line in overview.splitlines() if line.startswith(f"| {scale} |"))
+        counts = [float(n) * (1e6 if unit == "M" else 1e9) for n, unit in re.findall(r"\| ([\d.]+) ([MB]) ", row)]
+        assert len(counts) == 2, row  # parameters, active per token
+        assert abs(counts[0] - params) / params < 0.03, (row, params)
+        assert abs(counts[1] - active) / active < 0.03, (row, active)
+    bibtex = text[text.index("## Citation") :]
+    assert "```bibtex" in bibtex and len(re.findall(r"^@\w+\{", bibtex, re.MULTILINE)) >= 3
+    assert "2512.20848" in bibtex  # the Nemotron 3 Nano report the recipe follows

@@ -256,6 +256,14 @@ def test_stage1_scores_base_and_sft_side_by_side(stage0_inputs, stage1_inputs, s
     assert results.sft_answer_accuracy_mutual_info > results.base_answer_accuracy_mutual_info
     assert metrics["sft_answer_accuracy_mutual_info"] == results.sft_answer_accuracy_mutual_info
     assert metrics["sft_completion_perplexity"] == pytest.approx(math.exp(results.sft_completion_nll))
+    # The lesson: per held-out conversation, base -> SFT answer NLL (lower is better, so gain = before - after).
+    lesson = metrics["lesson"]
+    assert lesson["n"] == HELD_OUT and lesson["gain"] == pytest.approx(lesson["before"] - lesson["after"])
+    assert lesson["gain"] > 2 * lesson["standard_error"] > 0
+    changed = metrics["changed_answers"]  # picks by mutual information that SFT turned right or wrong
+    moved = (results.sft_answer_accuracy_mutual_info - results.base_answer_accuracy_mutual_info) * HELD_OUT
+    assert changed["num_fixed"] - changed["num_broken"] == round(moved)
+    assert all(row["after"] == row["expected"] != row["before"] for row in changed["fixed"])
     # The completion-only NLL counts assistant tokens (answer + <|im_end|>) and nothing else.
     tokenizer = load_tokenizer(checkpoint.model_dir)
     conversations = read_conversations(dataset.test_conversations)[:HELD_OUT]
@@ -318,6 +326,10 @@ def test_stage2_a_policy_equal_to_its_reference_has_no_reward(stage1_inputs, pre
     assert results.reward_accuracy == 0.0 and results.reward_margin == 0.0  # ties count as wrong
     assert results.dpo_preference_accuracy == results.sft_preference_accuracy
     assert results.dpo_answer_accuracy == results.sft_answer_accuracy
+    lesson = results.metrics["lesson"]  # the same model twice: no gain, no noise, nothing changed
+    assert (lesson["gain"], lesson["standard_error"], lesson["n"]) == (0.0, 0.0, HELD_OUT)
+    assert lesson["after"] == pytest.approx(results.dpo_preference_accuracy)
+    assert results.metrics["changed_answers"]["num_fixed"] == results.metrics["changed_answers"]["num_broken"] == 0
     assert results.num_pairs == HELD_OUT and results.metrics["beta"] == 0.5
 
 
@@ -336,6 +348,10 @@ def test_stage2_what_dpo_learned_shows_in_rewards_and_preferences(
     else:
         assert results.reward_accuracy <= 0.1 and results.reward_margin < 0
         assert results.dpo_preference_accuracy < results.sft_preference_accuracy
+    lesson = results.metrics["lesson"]  # per pair, SFT -> DPO: the preference accuracies, paired
+    assert (lesson["before"], lesson["after"]) == pytest.approx(
+        (results.sft_preference_accuracy, results.dpo_preference_accuracy))
+    assert lesson["gain"] == pytest.approx(results.dpo_preference_accuracy - results.sft_preference_accuracy)
     by_kind = results.metrics["dpo_preference_accuracy_by_kind"]
     assert set(by_kind) <= {"other_answer", "shuffled", "truncated"} and all(0 <= v <= 1 for v in by_kind.values())
     # The same answer test as stage 1 (same items for the same seed) for the SFT model.

@@ -158,6 +158,29 @@ def test_pretraining_beats_the_unigram_baseline(recipe):
     )
 
 
+def test_every_evaluation_states_its_lesson_and_the_report_card_prints_it(recipe):
+    """metrics.lesson in each stage's evaluation (the previous model on the same held-out items; stage 0
+    the unigram), and the report card's lesson table with a verdict per stage and the changed answers."""
+    from nemotron.evaluation.lessons import LESSON_FIELDS
+
+    for kind in ("pretrainresults", "sftresults", "dporesults"):
+        lesson = recipe.artifacts[kind]["metrics"]["lesson"]
+        assert tuple(lesson) == LESSON_FIELDS, (kind, lesson)
+        assert lesson["n"] > 1 and lesson["standard_error"] >= 0, (kind, lesson)
+        print(f"{kind}: {lesson['measure']}: {lesson['before']:.4g} -> {lesson['after']:.4g}, "
+              f"gain {lesson['gain']:+.4g} ± {lesson['standard_error']:.2g}")
+    stage0 = recipe.artifacts["pretrainresults"]["metrics"]["lesson"]
+    assert stage0["before"] > stage0["after"]  # the unigram's loss above the model's: pretraining taught
+    for kind in ("sftresults", "dporesults"):
+        changed = recipe.artifacts[kind]["metrics"]["changed_answers"]
+        assert len(changed["fixed"]) == min(5, changed["num_fixed"]), changed
+    text = recipe.report_text
+    for stage in ("stage 0: pretraining", "stage 1: SFT", "stage 2: DPO"):
+        assert re.search(rf"^\| {stage} \| .* \| (helped: gain > 2 SE|no clear change|hurt: loss > 2 SE) \|$", text,
+                         re.MULTILINE), stage
+    assert "### stage 1: SFT: held-out answers it changed" in text and "| rejected kind | SFT | DPO |" in text
+
+
 def test_sft_lowers_completion_nll(recipe):
     results = recipe.artifacts["sftresults"]
     base, sft = results["base_completion_nll"], results["sft_completion_nll"]

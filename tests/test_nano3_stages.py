@@ -63,6 +63,24 @@ def test_data_curation_saves_the_nano3_chat_template_with_the_tokenizer(dataset)
     assert load_tokenizer(dataset.tokenizer_dir).chat_template == NANO3_CHAT_TEMPLATE
 
 
+def test_nano3_curation_is_byte_for_byte_nano2s_curation_with_the_nano3_template(dataset, tmp_path):
+    """nano3's own stage-0 data_curation (its stage lists over nano2's curation library) gives exactly the
+    shards, tokenizer and split files nano2's step gives for the same settings."""
+    from builders import folder_bytes, write_plays_blend
+    from nemotron.recipes.nano2.stage0_pretrain import data_curation as nano2_curation
+    from nemotron.recipes.nano3.stage0_pretrain import data_curation as nano3_curation
+
+    assert nano3_curation.Config().chat_template == "nano3" and dataset.config["chat_template"] == "nano3"
+    blend = write_plays_blend(tmp_path, {"hamlet", "macbeth"}, [0.8, 0.2, 0])
+    nano2 = nano2_curation.main(nano2_curation.Config(
+        blend_path=blend, vocab_size=512, num_shards=2, workers=1, chat_template="nano3", scale=dataset.scale,
+        output_dir=tmp_path / "nano2"))
+    for folder in ("shards", "splits", "tokenizer"):
+        ours, theirs = folder_bytes(dataset.path / folder), folder_bytes(nano2.path / folder)
+        assert ours and ours == theirs, folder
+    assert dataset.metrics["tokens"] == nano2.metrics["tokens"]
+
+
 def test_moe_training_logs_expert_load_and_the_balancing_loss(moe):
     records = read_metrics(moe.metrics_path)
     assert [r["step"] for r in records] == list(range(1, 9))
@@ -108,6 +126,9 @@ def test_evaluation_puts_moe_dense_and_unigram_side_by_side(dataset, moe, dense,
         assert 0 < value < 10
     assert results.metrics["moe_train_seconds"] > 0 and results.metrics["dense_train_seconds"] > 0
     assert results.metrics["moe_active_parameters"] == moe.active_parameters
+    lesson = results.metrics["lesson"]  # the MoE model's held-out loss per window against the unigram's
+    assert lesson["before"] == pytest.approx(results.metrics["unigram_loss"], rel=0.05)
+    assert lesson["gain"] == pytest.approx(lesson["before"] - lesson["after"]) and lesson["standard_error"] > 0
     with pytest.raises(NemotronError, match="pass the MoE checkpoint as --checkpoint-path"):
         evaluation.main(evaluation.Config(checkpoint_path=dense.path, dense_checkpoint_path=moe.path,
                                           output_dir=tmp_path / "swapped"))
@@ -282,6 +303,28 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
         rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, samples_per_problem=0,
                                                 output_dir=tmp_path / "bad"))
     assert "\n" not in str(error.value) and not (tmp_path / "bad").exists()
+
+
+def test_rl_prompts_artifact_holds_the_sft_training_problems_and_grpo_trains_on_them_alike(sft_data, sft, tmp_path):
+    """Stage-2 data_curation writes the SFT dataset's training problems (through its stage list) and the
+    checker's specification; GRPO reading that artifact trains exactly as it did from the SFT dataset."""
+    from nemotron.data_prep.verifiable import read_problems
+    from nemotron.recipes.nano3.stage2_rl import data_curation as rl_curation
+
+    prompts = rl_curation.main(rl_curation.Config(checkpoint_path=sft.path, output_dir=tmp_path / "prompts"))
+    made = [p for path in prompts.prompt_files for p in read_problems(path)]
+    assert made == read_problems(sft_data.train_problems) and prompts.num_prompts == len(made)
+    checker = json.loads(prompts.checker.read_text())
+    assert checker["reward_function"] == rl_training.Config().reward_function and checker["format_bonus"] > 0
+    via_artifact = rl_training.main(rl_training.Config(checkpoint_path=sft.path, dataset_path=prompts.path,
+                                                       output_dir=tmp_path / "rl_artifact", **RL))
+    direct = rl_training.main(rl_training.Config(checkpoint_path=sft.path, output_dir=tmp_path / "rl_direct", **RL))
+    assert prompts.digest in {ref.digest for ref in via_artifact.inputs}
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_seconds")} for r in rows]  # noqa: E731
+    assert strip(read_metrics(via_artifact.metrics_path)) == strip(read_metrics(direct.metrics_path))
+    first = load_file(via_artifact.model_dir / "model.safetensors")
+    second = load_file(direct.model_dir / "model.safetensors")
+    assert all(torch.equal(first[k], second[k]) for k in first)
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from nemotron.data_prep.preference import answer_ids
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID
 from nemotron.errors import NemotronError
 from nemotron.evaluation.generation import greedy_samples
-from nemotron.evaluation.language_modeling import heldout_loss
+from nemotron.evaluation.language_modeling import mean_nll, window_nll
 from nemotron.evaluation.multiple_choice import MCItem, MCResult, build_mc_items, mc_accuracy
 
 Conversation = dict[str, Any]  # {"id", "messages": [{"role", "content"}, ...], ...}
@@ -75,8 +75,29 @@ def completion_nll(
     """Mean NLL (nats per token) of the assistant tokens of `conversations`, and how many were scored."""
     if not conversations:
         raise NemotronError("no conversations to score; the held-out TEST split is empty")
+    return mean_nll(*conversation_nll(model, tokenizer, conversations, batch_size=batch_size))
+
+
+def conversation_nll(
+    model: torch.nn.Module, tokenizer, conversations: Sequence[Conversation], *, batch_size: int = 16
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per conversation: the summed NLL (nats) of its assistant tokens, and how many there were."""
+    if not conversations:
+        raise NemotronError("no conversations to score; the held-out TEST split is empty")
     windows, masks = conversation_targets(tokenizer, conversations)
-    return heldout_loss(model, windows, loss_masks=masks, batch_size=batch_size)
+    return window_nll(model, windows, loss_masks=masks, batch_size=batch_size)
+
+
+def mc_correct(result: MCResult) -> list[bool]:
+    """Per item: did the model pick the true answer by mutual information (else by log-likelihood)?"""
+    return [(r.predicted_mutual_info if r.predicted_mutual_info is not None else r.predicted) == r.item.answer_index
+            for r in result.items]
+
+
+def mc_pick(result: MCResult, i: int) -> str:
+    """The answer the model picked for item i (by mutual information, else by log-likelihood)."""
+    r = result.items[i]
+    return r.item.choices[r.predicted_mutual_info if r.predicted_mutual_info is not None else r.predicted]
 
 
 def question_answer(conversation: Conversation) -> tuple[str, str]:

@@ -70,20 +70,44 @@ def heldout_loss(
 
     The mean is over tokens, not windows (every token weighs the same), accumulated in float64.
     """
+    return mean_nll(*window_nll(model, windows, loss_masks=loss_masks, batch_size=batch_size))
+
+
+def mean_nll(sums: np.ndarray, counts: np.ndarray) -> tuple[float, int]:
+    """(mean NLL per token, tokens) from per-window summed NLLs and counts, summed in window order."""
+    total_nll = 0.0
+    for value in sums:
+        total_nll += float(value)
+    num_tokens = int(counts.sum())
+    if num_tokens == 0:
+        raise NemotronError("no target tokens were scored: the windows are empty or every loss mask is 0")
+    return total_nll / num_tokens, num_tokens
+
+
+def window_nll(
+    model: torch.nn.Module,
+    windows: Sequence[TokenSequence],
+    *,
+    loss_masks: Sequence[TokenSequence] | None = None,
+    batch_size: int = 8,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per window: the summed NLL (nats, float64) of its scored targets, and how many targets were scored.
+
+    The per-item numbers behind `heldout_loss`, for a paired comparison of two models on the same windows
+    (`nemotron.evaluation.lessons`).
+    """
     masks = target_masks(windows, loss_masks)
-    total_nll, num_tokens = 0.0, 0
+    sums, counts = np.zeros(len(windows)), np.zeros(len(windows), dtype=np.int64)
     with evaluation_mode(model):
         scored = next_token_logprobs(model, windows, batch_size=batch_size)
         progress = tqdm(
             scored, total=len(windows), desc="held-out loss", file=sys.stderr, leave=False, disable=None
         )
-        for logprobs, mask in zip(progress, masks):
+        for i, (logprobs, mask) in enumerate(zip(progress, masks)):
             selected = logprobs.double().cpu().numpy()[mask]
-            total_nll -= float(selected.sum())
-            num_tokens += int(mask.sum())
-    if num_tokens == 0:
-        raise NemotronError("no target tokens were scored: the windows are empty or every loss mask is 0")
-    return total_nll / num_tokens, num_tokens
+            sums[i] = -float(selected.sum())
+            counts[i] = int(mask.sum())
+    return sums, counts
 
 
 def perplexity(mean_nll_nats: float) -> float:
@@ -219,15 +243,19 @@ class UnigramBaseline:
         self, windows: Sequence[TokenSequence], *, loss_masks: Sequence[TokenSequence] | None = None
     ) -> tuple[float, int]:
         """Mean NLL (nats) and count over exactly the targets `heldout_loss(model, ...)` scores."""
-        total_nll, num_tokens = 0.0, 0
+        return mean_nll(*self.window_nll(windows, loss_masks=loss_masks))
+
+    def window_nll(
+        self, windows: Sequence[TokenSequence], *, loss_masks: Sequence[TokenSequence] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per window: summed NLL (nats) and count of the scored targets, as `window_nll(model, ...)`."""
+        sums, counts = np.zeros(len(windows)), np.zeros(len(windows), dtype=np.int64)
         for i, (window, mask) in enumerate(zip(windows, target_masks(windows, loss_masks))):
             targets = np.asarray(window, dtype=np.int64)[1:][mask]
             check_token_range(targets, len(self.log_probs), f"window {i}")
-            total_nll -= float(self.log_probs[targets].sum())
-            num_tokens += len(targets)
-        if num_tokens == 0:
-            raise NemotronError("no target tokens were scored: the windows are empty or every loss mask is 0")
-        return total_nll / num_tokens, num_tokens
+            sums[i] = -float(self.log_probs[targets].sum())
+            counts[i] = len(targets)
+        return sums, counts
 
 
 def score_against_unigram(
@@ -235,14 +263,19 @@ def score_against_unigram(
 ) -> dict[str, float]:
     """A pretrained model's held-out numbers next to a unigram baseline fitted on `train_prefixes`
     (bin/idx shards) and scored on exactly the same targets: validation_loss, perplexity,
-    bits_per_byte, unigram_loss, unigram_bits_per_byte, unigram_perplexity, num_tokens, num_bytes."""
+    bits_per_byte, unigram_loss, unigram_bits_per_byte, unigram_perplexity, num_tokens, num_bytes, and
+    `lesson`: the model's mean held-out loss per window against the unigram's on the same windows
+    (`nemotron.evaluation.lessons`, paired over windows): what pretraining taught beyond token frequencies."""
     from nemotron.data_prep.indexed import IndexedReader
+    from nemotron.evaluation.lessons import lesson
 
-    loss, num_tokens = heldout_loss(model, windows, batch_size=batch_size)
+    sums, counts = window_nll(model, windows, batch_size=batch_size)
+    loss, num_tokens = mean_nll(sums, counts)
     num_bytes = target_utf8_bytes(tokenizer, windows)
     readers = [IndexedReader(prefix) for prefix in train_prefixes]
     unigram = UnigramBaseline.fit((doc for reader in readers for doc in reader), len(tokenizer))
-    unigram_loss, _ = unigram.heldout_loss(windows)
+    unigram_sums, _ = unigram.window_nll(windows)
+    unigram_loss, _ = mean_nll(unigram_sums, counts)
     return {
         "validation_loss": loss,
         "perplexity": perplexity(loss),
@@ -252,4 +285,6 @@ def score_against_unigram(
         "unigram_perplexity": perplexity(unigram_loss),
         "num_tokens": num_tokens,
         "num_bytes": num_bytes,
+        "lesson": lesson("held-out loss per window (nats/token), unigram baseline -> model",
+                         unigram_sums / counts, sums / counts, higher_is_better=False),
     }

@@ -2,7 +2,8 @@
 
 A recipe's `report.py` picks its artifacts and its headline table; the pieces here are shared: `collect`
 (every artifact reachable from some, through recorded inputs), `fmt`, `plain_metrics`, `settings`,
-`step_name`, `plot_loss_curves` (training and validation loss of each checkpoint, from the metrics JSONL
+`step_name`, `lessons_section` (each stage's lesson with its verdict, and the answers it changed),
+`plot_loss_curves` (training and validation loss of each checkpoint, from the metrics JSONL
 it references), `steps_section` (wall time, throughput and settings per step, then the lineage tree),
 `standard_benchmarks_section` (score, chance and control of each standard benchmark a step ran),
 `talk_section` (the exact `nemotron.chat` command for the final model), `copy_tracer` / `copied_note` (the
@@ -93,6 +94,53 @@ def settings(art: dict[str, Any]) -> str:
 def step_name(art: dict[str, Any]) -> str:
     parts = Path(art["path"]).parts
     return "/".join(parts[-2:])
+
+
+def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> list[str]:
+    """Markdown: each stage's lesson (`metrics["lesson"]` of its evaluation artifact, `stages` maps the
+    artifact type to the stage's name) with its standard error and a plain verdict, then per stage the
+    held-out answers it fixed and broke (`metrics["changed_answers"]`, chosen by the rule recorded there)."""
+    from nemotron.evaluation.lessons import verdict
+
+    found = [(stages[a["type"]], a["metrics"]) for a in artifacts
+             if a["type"] in stages and isinstance(a.get("metrics", {}).get("lesson"), dict)]
+    if not found:
+        return []
+    md = ["Each stage's lesson: its model against the model it started from (stage 0: a unigram baseline) on",
+          "the same held-out items; the gain is positive when the stage helped, and its standard error is paired",
+          "over the items.", "",
+          "| stage | measure | before | after | gain ± SE | n | verdict |", "|---|---|---|---|---|---|---|"]
+    for stage, metrics in found:
+        record = metrics["lesson"]
+        md.append(f"| {stage} | {record['measure']} | {fmt(record['before'])} | {fmt(record['after'])} | "
+                  f"{record['gain']:+.4g} ± {record['standard_error']:.2g} | {record['n']} | {verdict(record)} |")
+    for stage, metrics in found:
+        changed = metrics.get("changed_answers")
+        if not isinstance(changed, dict):
+            continue
+        md += ["", f"### {stage}: held-out answers it changed", "",
+               f"{changed['num_fixed']} fixed, {changed['num_broken']} broken; shown: {changed['rule']}.", ""]
+        rows = [("fixed", row) for row in changed["fixed"]] + [("broken", row) for row in changed["broken"]]
+        if not rows:
+            md.append("(none changed)")
+        elif "before" in rows[0][1]:
+            md += ["| | question | right answer | before | after |", "|---|---|---|---|---|"]
+            md += [f"| {how} | {cell(row['question'])} | {cell(row['expected'])} | {cell(row['before'])} | "
+                   f"{cell(row['after'])} |" for how, row in rows]
+        else:  # preference pairs: fixed = now prefers the chosen answer, broken = now prefers the rejected one
+            md += ["| | question | chosen | rejected (kind) |", "|---|---|---|---|"]
+            md += [f"| {how} | {cell(row['question'])} | {cell(row['expected'])} | {cell(row['rejected'])} "
+                   f"({row.get('rejected_kind', '')}) |" for how, row in rows]
+    return md
+
+
+def cell(value: Any, width: int = 100) -> str:
+    """One table cell: whitespace folded, cut at `width` characters, pipes escaped, a missing answer named."""
+    if value is None:
+        return "(no answer)"
+    text = " ".join(str(value).split())
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return text.replace("|", "\\|") or "(nothing)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from nemotron.recipes.report_card import (
     copied_note,
     copy_tracer,
     fmt,
+    lessons_section,
     plain_metrics,
     plot_loss_curves,
     report_main,
@@ -114,6 +115,28 @@ def headline(artifacts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+STAGES = {"pretrainresults": "stage 0: pretraining", "sftresults": "stage 1: SFT", "dporesults": "stage 2: DPO"}
+
+
+def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
+    """Each stage's lesson and the answers it changed (recipes.report_card), then what else DPO moved."""
+    md = lessons_section(artifacts, STAGES)
+    dpo = [a["metrics"] for a in artifacts if a["type"] == "dporesults"]
+    if dpo and "dpo_preference_accuracy_by_kind" in dpo[-1]:
+        metrics = dpo[-1]
+        md += ["", "### stage 2: DPO, finer measures", "",
+               "Preference accuracy per kind of rejected answer (each tests another skill), and DPO's implicit "
+               "reward against its SFT reference on the held-out pairs.", "",
+               "| rejected kind | SFT | DPO |", "|---|---|---|"]
+        sft_kinds = metrics.get("sft_preference_accuracy_by_kind", {})
+        md += [f"| {kind} | {fmt(sft_kinds.get(kind, ''))} | {fmt(value)} |"
+               for kind, value in metrics["dpo_preference_accuracy_by_kind"].items()]
+        md += ["", f"Reward accuracy {fmt(metrics.get('reward_accuracy', ''))}, reward margin "
+               f"{fmt(metrics.get('reward_margin', ''))} (beta {fmt(metrics.get('beta', ''))}; above 0.5 and "
+               "above 0: DPO separates chosen from rejected beyond what SFT did)."]
+    return md + ([""] if md else [])
+
+
 def samples_table(artifacts: list[dict[str, Any]]) -> list[str]:
     """Greedy answers of base, SFT and DPO to the same held-out questions (stage-1 and stage-2 samples)."""
     # samples.json keys per artifact type: {model: key}; stage 1 has base and SFT, stage 2 SFT and DPO.
@@ -189,6 +212,7 @@ def write_report(folder: Path) -> Path:
         "",
         *headline(artifacts),
         "",
+        *lesson_lines(artifacts),
         "## Results: base (stage 0) vs SFT (stage 1) vs DPO (stage 2), on held-out data",
         "",
         *side_by_side(artifacts),

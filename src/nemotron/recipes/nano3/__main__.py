@@ -3,9 +3,10 @@ model of the same active size.
 
     python -m nemotron.recipes.nano3 --scale tiny
 
-  stage0_pretrain   nano2's data_curation -> training (MoE) -> training --dense -> evaluation
+  stage0_pretrain   data_curation -> training (MoE) -> training --dense -> evaluation
   stage1_sft        worked problems + chat data -> SFT of the MoE model -> exact match, reasoning on / off
-  stage2_rl         GRPO from the SFT model on the checkable task -> held-out reward, SFT vs RL
+  stage2_rl         RL prompts + checker spec -> GRPO from the SFT model on the checkable task -> held-out
+                    reward, SFT vs RL
 
 With `--post-training-data`, a stage before stage 1 runs the post-training data pipeline on its shipped demo
 records (normalize -> pools -> completion-NLL score -> embedding selection, `nemotron.recipes.post_training_data`)

@@ -1,10 +1,10 @@
 """Every artifact the nano3 recipe makes (stage 0 reuses nano2's `PretrainDataset`: same data path).
 
-    stage 0  nano2 data_curation -> PretrainDataset
+    stage 0  data_curation (nano2's curation library, nano3's stage lists) -> PretrainDataset
              training (MoE) -> Nano3PretrainCheckpoint     training --dense -> Nano3PretrainCheckpoint
              evaluation -> Nano3PretrainResults (MoE, dense and unigram bits per byte side by side)
     stage 1  data_curation -> Nano3SFTDataset -> training -> Nano3SFTCheckpoint -> evaluation
-    stage 2  training (GRPO) -> Nano3RLCheckpoint -> evaluation -> Nano3RLResults
+    stage 2  data_curation -> Nano3RLDataset -> training (GRPO) -> Nano3RLCheckpoint -> evaluation -> Nano3RLResults
 
 At scale (`--scale full` or `--engine megatron-bridge`) the training steps save the shared
 `nemotron.training.artifacts.MegatronBridgeRun` instead of a checkpoint: stage-0 data_curation ->
@@ -87,6 +87,15 @@ class Nano3SFTResults(Artifact):
 # --------------------------------------------------------------------------------------------------
 # stage 2: reinforcement learning from verifiable rewards (GRPO)
 # --------------------------------------------------------------------------------------------------
+
+
+class Nano3RLDataset(Artifact):
+    """GRPO's prompts (the SFT dataset's training problems, passed through the stage list) and the checker's
+    specification: what RL samples from and how each completion is rewarded."""
+    made_by: ClassVar[str] = "nemotron.recipes.nano3.stage2_rl.data_curation"
+    prompt_files: list[ArtifactPath]  # JSONL, {"question", "answer", ...} per line, in training order
+    checker: ArtifactPath  # checker.json: the reward function and what it rewards
+    num_prompts: int = Field(gt=0)
 
 
 class Nano3RLCheckpoint(ModelCheckpoint):

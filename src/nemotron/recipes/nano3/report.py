@@ -26,7 +26,7 @@ from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
          *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation")),
-         *(("stage2_rl", step) for step in ("training", "evaluation"))]
+         *(("stage2_rl", step) for step in ("data_curation", "training", "evaluation"))]
 
 
 def write_report(folder: Path) -> Path:
@@ -41,6 +41,7 @@ def write_report(folder: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     first = artifacts[0]
     md = ["# nano3 report card", "", f"scale **{first['scale']}**, seed **{first['seed']}**", ""]
+    md += lesson_lines(artifacts)
 
     results = [a for a in artifacts if a["type"] == "nano3pretrainresults"]
     if results:
@@ -74,6 +75,34 @@ def write_report(folder: Path) -> Path:
     report = out / "report.md"
     atomic.write_text(report, "\n".join(md))
     return report
+
+
+STAGES = {"nano3pretrainresults": "stage 0: pretraining (MoE)", "nano3sftresults": "stage 1: SFT",
+          "nano3rlresults": "stage 2: RL (GRPO)"}
+
+
+def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
+    """"Did it work?": each stage's lesson and the answers it changed (recipes.report_card), then GRPO's
+    share of clipped probability ratios, or why it is zero."""
+    from nemotron.recipes.report_card import lessons_section
+
+    md = lessons_section(artifacts, STAGES)
+    if not md:
+        return []
+    md = ["## Did it work?", "", *md]
+    policies = [a for a in artifacts if a["type"] == "nano3rlcheckpoint" and a.get("metrics_path")]
+    if policies and Path(policies[-1]["metrics_path"]).exists():
+        clipped = [r["clipped"] for r in read_metrics(policies[-1]["metrics_path"]) if "clipped" in r]
+        if clipped:
+            share = sum(clipped) / len(clipped)
+            md += ["", "### stage 2: RL, finer measures", "",
+                   f"Share of completion tokens whose probability ratio PPO's clip cut, mean over {len(clipped)} "
+                   f"steps: {fmt(share)}."]
+            if share == 0:
+                md.append("It is zero because each batch of samples gets one gradient step: the policy being "
+                          "updated is the one that sampled, so every ratio is exactly 1 and the clip never acts "
+                          "(it only matters from the second update on the same samples).")
+    return md + [""]
 
 
 def comparison(metrics: dict[str, Any]) -> list[str]:

@@ -166,7 +166,32 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
 
 
 
+def signature_stages(blend: DataBlend, seed: int) -> list:
+    """Pass 1a, per work item: read -> quality verdict, split, exact hash and MinHash sketch per document."""
+    return [ReadStage(mode="text"), SignatureStage(blend.split, filters="default", seed=seed)]
+
+
+def split_stages(resolution) -> list:
+    """Pass 1b, per work item: read -> drop by the driver's decisions, split, repeat -> split JSONL."""
+    return [ReadStage(mode="text"), DecisionStage(resolution), TokenizeWriteStage("jsonl", None, record="document")]
+
+
+def shard_stages(tokenizer_dir: Path) -> list:
+    """Pass 2, per work item: read a split's files -> tokenize -> bin/idx shards."""
+    return [ReadStage(mode="text"), FilterSplitStage(None), TokenizeWriteStage("bin_idx", tokenizer_dir)]
+
+
+# The curation's stage lists, in the order they run (a recipe reusing this curation names its own).
+STAGE_LISTS = (signature_stages, split_stages, shard_stages)
+
+
 def main(config: Config) -> PretrainDataset:
+    return curate(config, STAGE_LISTS)
+
+
+def curate(config: Config, stage_lists=STAGE_LISTS) -> PretrainDataset:
+    """The curation with the given stage lists (signatures, split, shards): see the module docstring."""
+    signature_list, split_list, shard_list = stage_lists
     started, seconds = time.perf_counter(), {}
     # --- setup: config, blend, raw sources, the run hash of the curation ---
     max_documents = apply_scale(FULL_DOCUMENTS, config.scale)  # also rejects an unknown scale
@@ -191,10 +216,7 @@ def main(config: Config) -> PretrainDataset:
         if not items:
             require_documents(blend, {})  # every source is an empty file
         with timed("signatures", seconds):
-            signatures = plan_stages(items, input_fingerprint, [
-                ReadStage(mode="text"),
-                SignatureStage(blend.split, filters="default", seed=config.seed),  # quality, hashes, MinHash
-            ], out / "curation")
+            signatures = plan_stages(items, input_fingerprint, signature_list(blend, config.seed), out / "curation")
             run_here(signatures, config)
             read_counts = reader_counts(signatures)
             require_documents(blend, read_counts)
@@ -203,11 +225,7 @@ def main(config: Config) -> PretrainDataset:
             resolution = resolve_signatures(signatures, blend, out / "curation" / "decisions", limit=max_documents,
                                             seed=config.seed, threshold=config.near_duplicate_threshold)
         with timed("split", seconds):
-            splits = plan_stages(items, input_fingerprint, [
-                ReadStage(mode="text"),
-                DecisionStage(resolution),  # drops by the decisions (counted per reason), splits, repeats
-                TokenizeWriteStage("jsonl", None, record="document"),  # <split>/shard_NNNNN.jsonl per item
-            ], out / "splits")
+            splits = plan_stages(items, input_fingerprint, split_list(resolution), out / "splits")
             run_here(splits, config)
             split_runs, extra = [splits.output_dir], None
             if synthetic is not None:  # rephrased records: train only, a share of its documents
@@ -241,11 +259,7 @@ def main(config: Config) -> PretrainDataset:
                                         for split, found in folders.items() if found}, base_dir=out)
         train_bytes = sum(path.stat().st_size for path in files["train"])
         items, input_fingerprint = plan_work_items(by_split, -(-train_bytes // config.num_shards))  # ~num_shards
-        shards = plan_stages(items, input_fingerprint, [
-            ReadStage(mode="text"),
-            FilterSplitStage(None),  # each item's split is its folder's
-            TokenizeWriteStage("bin_idx", tokenizer_dir),
-        ], out / "shards")
+        shards = plan_stages(items, input_fingerprint, shard_list(tokenizer_dir), out / "shards")
         statuses = run_here(shards, config)
         runs, _ = finalize(shards, by_split, "bin_idx")
 

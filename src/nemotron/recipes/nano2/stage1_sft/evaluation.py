@@ -86,9 +86,18 @@ class Config(ChatEvaluationSettings):
 
 def main(config: Config) -> SFTResults:
     # --- setup: the SFT checkpoint, its dataset and its base model ---
-    from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, completion_nll, sample_questions
+    from nemotron.evaluation.chat import (
+        answer_accuracy,
+        answer_items,
+        chat_samples,
+        conversation_nll,
+        mc_correct,
+        mc_pick,
+        sample_questions,
+    )
     from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval
-    from nemotron.evaluation.language_modeling import perplexity
+    from nemotron.evaluation.language_modeling import mean_nll, perplexity
+    from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
 
@@ -107,11 +116,12 @@ def main(config: Config) -> SFTResults:
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
     # Per model: (completion NLL, completion tokens), the answer test's MCResult, the greedy samples, the tokenizer.
     metrics: dict = {}
-    nll_by_model, answers_by_model, samples_by_model, tokenizers = {}, {}, {}, {}
+    nll_by_model, answers_by_model, samples_by_model, tokenizers, per_conversation = {}, {}, {}, {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("base", base), ("sft", checkpoint)):
             model, tokenizers[name] = load_model(source.model_dir)
-            nll_by_model[name] = completion_nll(model, tokenizers[name], conversations, batch_size=config.batch_size)
+            sums, counts = conversation_nll(model, tokenizers[name], conversations, batch_size=config.batch_size)
+            nll_by_model[name], per_conversation[name] = mean_nll(sums, counts), sums / counts
             answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
             metrics |= {
                 f"{name}_completion_nll": nll_by_model[name][0],
@@ -138,6 +148,15 @@ def main(config: Config) -> SFTResults:
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     num_tokens = nll_by_model["sft"][1]  # the SFT model's tokenizer (stage-0's, unchanged by SFT)
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
+    # The lesson: each held-out conversation's answer NLL, base -> SFT (paired); the answers it changed:
+    # the multiple-choice questions whose pick (by mutual information) SFT made right, or wrong.
+    metrics["lesson"] = lesson("held-out answer NLL per conversation (nats/token), base -> SFT",
+                               per_conversation["base"], per_conversation["sft"], higher_is_better=False)
+    picks = {name: mc_correct(result) for name, result in answers_by_model.items()}
+    metrics["changed_answers"] = changed_answers(picks["base"], picks["sft"], [
+        {"question": item.question, "expected": item.choices[item.answer_index],
+         "before": mc_pick(answers_by_model["base"], i), "after": mc_pick(answers_by_model["sft"], i)}
+        for i, item in enumerate(items)])
     metrics["wall_seconds"] = time.perf_counter() - started
     get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)
     return SFTResults(

@@ -85,6 +85,7 @@ def main(config: Config) -> DPOResults:
         evaluate_with_lm_eval,
         preference_task,
     )
+    from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
     from nemotron.training.dpo import reward_metrics
@@ -108,7 +109,7 @@ def main(config: Config) -> DPOResults:
     # --- evaluate: summed log-probs of both answers of every pair, and the answer test, per model ---
     out = mark_unfinished(config.output_dir)
     # Per model: the pairs' log-probs, the answer test's MCResult, the greedy samples, the tokenizer.
-    logps, metrics, answers_by_model, samples_by_model, tokenizers = {}, {}, {}, {}, {}
+    logps, metrics, answers_by_model, samples_by_model, tokenizers, prefers = {}, {}, {}, {}, {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
             model, tokenizers[name] = load_model(source.model_dir)
@@ -116,6 +117,7 @@ def main(config: Config) -> DPOResults:
             logps[name] = pair_logprobs(model, prompts, chosen, rejected, batch_size=config.batch_size)
             lengths = ([len(ids) for ids in chosen], [len(ids) for ids in rejected])
             metrics |= preference_metrics(name, *logps[name], *lengths, kinds=[p["rejected_kind"] for p in pairs])
+            prefers[name] = pair_preferences(*logps[name], *lengths)
             answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
             metrics |= answers_by_model[name].metrics(f"{name}_answer")
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
@@ -134,7 +136,15 @@ def main(config: Config) -> DPOResults:
             lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
     # The SFT model is DPO's reference: its log-probs of the same answers turn into the implicit rewards.
     rewards = reward_metrics(*logps["dpo"], *logps["sft"], beta=beta)
-    metrics |= rewards | {"beta": beta, "num_pairs": len(pairs), "wall_seconds": time.perf_counter() - started}
+    metrics |= rewards | {"beta": beta, "num_pairs": len(pairs)}
+    # The lesson: per held-out pair, does the model prefer the chosen answer (per token), SFT -> DPO
+    # (paired); the pairs whose preference DPO turned right, or wrong, for the report card.
+    metrics["lesson"] = lesson("held-out preference accuracy per pair (chosen above rejected, per token), SFT -> DPO",
+                               prefers["sft"], prefers["dpo"])
+    metrics["changed_answers"] = changed_answers(prefers["sft"], prefers["dpo"], [
+        {"question": pair["prompt"][-1]["content"], "expected": pair["chosen"], "rejected": pair["rejected"],
+         "rejected_kind": pair["rejected_kind"]} for pair in pairs])
+    metrics["wall_seconds"] = time.perf_counter() - started
 
     # --- save ---
     samples = [dpo | {"sft_completion": sft["completion"]}
@@ -191,6 +201,12 @@ def preference_metrics(
         ),
         f"{name}_preference_accuracy_by_kind": per_kind,
     }
+
+
+def pair_preferences(chosen, rejected, chosen_lengths: list[int], rejected_lengths: list[int]) -> list[bool]:
+    """Per pair: does the model give the chosen answer a higher log-probability per token than the rejected?
+    (`preference_accuracy` is the mean of this.)"""
+    return [float(c) / nc > float(r) / nr for c, r, nc, nr in zip(chosen, rejected, chosen_lengths, rejected_lengths)]
 
 
 def trained_beta(checkpoint: DPOCheckpoint) -> float:

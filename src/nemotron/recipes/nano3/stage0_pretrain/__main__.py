@@ -4,7 +4,8 @@
 
 runs four steps, each one a plain function call, skipped when its output is up to date:
 
-  nano2's data_curation (chat_template=nano3)   the same data path as nano2: nothing to rewrite
+  data_curation                                 nano2's curation library, nano3's stage lists and
+                                                chat template (data_curation.py)    -> data_curation/
   training                                      the MoE model, with load balancing  -> training/
   training --dense                              its dense counterpart, same active parameters,
                                                 about the same CPU time               -> training_dense/
@@ -19,8 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nemotron.cli import run
-from nemotron.recipes.nano2.stage0_pretrain import data_curation
-from nemotron.recipes.nano3.stage0_pretrain import evaluation, training
+from nemotron.recipes.nano3.stage0_pretrain import data_curation, evaluation, training
 from nemotron.recipes.orchestration import RecipeSettings, refuse_overridden_flags, run_step
 
 
@@ -30,8 +30,8 @@ class Config(RecipeSettings):
 
     output_dir: Path = Path("runs/nano3/stage0_pretrain")
     """Each step writes into a folder of its own name under this one."""
-    data_curation: data_curation.Config = field(default_factory=lambda: data_curation.Config(chat_template="nano3"))
-    """Settings of nano2's data curation step, which nano3 reuses (its --help lists them)."""
+    data_curation: data_curation.Config = field(default_factory=data_curation.Config)
+    """Settings of the data curation step (`data_curation.py --help` lists them)."""
     training: training.Config = field(default_factory=training.Config)
     """Settings of the MoE training step (`training.py --help` lists them)."""
     dense_training: training.Config = field(default_factory=lambda: training.Config(dense=True))

@@ -89,7 +89,7 @@ def main(config: Config) -> Nano3PretrainResults:
                      for name, c in (("moe", moe), ("dense", dense))}
     metrics = {
         **{f"{name}_{key}": value for name, numbers in scores.items() for key, value in numbers.items()
-           if not key.startswith("unigram") and key not in ("num_tokens", "num_bytes")},
+           if not key.startswith("unigram") and key not in ("num_tokens", "num_bytes", "lesson")},
         "unigram_bits_per_byte": scores["moe"]["unigram_bits_per_byte"],
         "unigram_loss": scores["moe"]["unigram_loss"],
         "moe_parameters": moe.parameters, "moe_active_parameters": moe.active_parameters,
@@ -98,6 +98,8 @@ def main(config: Config) -> Nano3PretrainResults:
         **{f"{name}_train_seconds": seconds for name, seconds in train_seconds.items()},
         "num_tokens": scores["moe"]["num_tokens"], "num_bytes": scores["moe"]["num_bytes"],
         "wall_seconds": time.perf_counter() - started,
+        # What pretraining taught the MoE model: its held-out loss per window against the unigram's.
+        "lesson": scores["moe"]["lesson"],
     }
     return Nano3PretrainResults(
         path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[moe, dense, dataset],

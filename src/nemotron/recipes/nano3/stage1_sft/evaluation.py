@@ -57,6 +57,7 @@ def main(config: Config) -> Nano3SFTResults:
     from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
+    from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
 
@@ -70,7 +71,7 @@ def main(config: Config) -> Nano3SFTResults:
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
     # --- generate, both models, both modes ---
-    scores, samples = {}, []
+    scores, samples, per_problem = {}, [], {}
     with evaluation_threads(config.num_threads):
         for name, checkpoint in (("base", base), ("sft", sft)):
             model, tokenizer = load_model(checkpoint.model_dir)
@@ -84,6 +85,7 @@ def main(config: Config) -> Nano3SFTResults:
                 answers = [final_answer(c if thinking else "</think>" + c) for c in completions]
                 correct = [given == p["answer"] for given, p in zip(answers, problems)]
                 scores[f"{name}_exact_match_reasoning_{mode}"] = sum(correct) / len(correct)
+                per_problem[name, mode] = (correct, answers)
                 samples += [{"model": name, "reasoning": mode, "question": p["question"], "answer": p["answer"],
                              "completion": c, "correct": ok} for p, c, ok in zip(problems[:5], completions, correct)]
 
@@ -92,10 +94,20 @@ def main(config: Config) -> Nano3SFTResults:
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     n = len(problems)
     errors = {f"{key}_stderr": math.sqrt(value * (1 - value) / n) for key, value in scores.items()}
+    # The lesson: exact match per held-out question with reasoning on, base -> SFT (paired); and the
+    # questions SFT taught the model to answer, or made it get wrong.
+    (base_correct, base_answers), (sft_correct, sft_answers) = per_problem["base", "on"], per_problem["sft", "on"]
+    lessons = {
+        "lesson": lesson("held-out exact match per question (greedy, reasoning on), base -> SFT",
+                         base_correct, sft_correct),
+        "changed_answers": changed_answers(base_correct, sft_correct, [
+            {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
+            for p, before, after in zip(problems, base_answers, sft_answers)]),
+    }
     return Nano3SFTResults(
         path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[sft, dataset, base],
         samples_path=out / "samples.json", num_problems=n, **scores,
-        metrics={**scores, **errors, "num_problems": n, "wall_seconds": time.perf_counter() - started},
+        metrics={**scores, **errors, "num_problems": n, **lessons, "wall_seconds": time.perf_counter() - started},
     ).save()
 
 

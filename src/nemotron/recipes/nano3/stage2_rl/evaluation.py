@@ -59,6 +59,7 @@ def main(config: Config) -> Nano3RLResults:
     from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
+    from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
     from nemotron.training.compute import evaluation_threads
     from nemotron.training.grpo import sample_groups
@@ -74,7 +75,7 @@ def main(config: Config) -> Nano3RLResults:
                             stdin=False, flag="--checkpoint-path")
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
-    greedy, sampled, exact, samples = {}, {}, {}, []
+    greedy, sampled, exact, samples, given = {}, {}, {}, [], {}
     with evaluation_threads(config.num_threads):
         for name, checkpoint in (("sft", sft), ("rl", rl)):
             model, tokenizer = load_model(checkpoint.model_dir)
@@ -83,7 +84,8 @@ def main(config: Config) -> Nano3RLResults:
             completions = greedy_samples(model, tokenizer, prompts, config.max_new_tokens, [IM_END_ID],
                                          batch_size=config.batch_size)
             greedy[name] = [reward(c, p["answer"]) for c, p in zip(completions, problems)]
-            exact[name] = [float(final_answer(c) == p["answer"]) for c, p in zip(completions, problems)]
+            given[name] = [final_answer(c) for c in completions]
+            exact[name] = [float(a == p["answer"]) for a, p in zip(given[name], problems)]
             samples += [{"model": name, "question": p["question"], "answer": p["answer"], "completion": c}
                         for p, c in zip(problems[:5], completions)]
             # sampled: the mean reward of `samples_per_problem` completions per question
@@ -113,7 +115,15 @@ def main(config: Config) -> Nano3RLResults:
         **{f"{k}_exact_match_stderr": math.sqrt(v * (1 - v) / n) for k, v in match.items()},
         "sft_greedy_reward": sum(greedy["sft"]) / n, "rl_greedy_reward": sum(greedy["rl"]) / n,
         "greedy_reward_gain": greedy_gain, "greedy_reward_gain_stderr": greedy_gain_stderr,
-        "num_problems": n, "wall_seconds": time.perf_counter() - started,
+        "num_problems": n,
+        # The lesson (the reward GRPO maximised, per held-out question, SFT -> RL, paired), and the
+        # questions whose greedy answer RL fixed or broke.
+        "lesson": lesson(f"held-out reward per question (mean of {config.samples_per_problem} samples at "
+                         f"temperature {config.temperature:g}), SFT -> RL", sampled["sft"], sampled["rl"]),
+        "changed_answers": changed_answers(exact["sft"], exact["rl"], [
+            {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
+            for p, before, after in zip(problems, given["sft"], given["rl"])]),
+        "wall_seconds": time.perf_counter() - started,
     }
     return Nano3RLResults(
         path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[rl, sft, dataset],
@@ -124,11 +134,10 @@ def main(config: Config) -> Nano3RLResults:
 
 def paired_gain(after: list[float], before: list[float]) -> tuple[float, float]:
     """Mean of the per-question differences and its standard error (same questions, so paired)."""
-    differences = [a - b for a, b in zip(after, before, strict=True)]
-    n = len(differences)
-    gain = sum(differences) / n
-    spread = math.sqrt(sum((d - gain) ** 2 for d in differences) / max(n - 1, 1))
-    return gain, spread / math.sqrt(n)
+    from nemotron.evaluation.lessons import lesson
+
+    record = lesson("paired gain", before, after)
+    return record["gain"], record["standard_error"]
 
 
 if __name__ == "__main__":

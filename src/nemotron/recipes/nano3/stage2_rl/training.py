@@ -10,7 +10,8 @@ Nemotron 3 Nano's RL stage (NeMo-RL's GRPO) on a task a program can check. Each 
    SFT model when `--kl-beta` > 0 (the reference);
 5. update: the clipped per-token surrogate (+ beta x KL, + the MoE balancing loss), backward, clip, AdamW.
 
-Input: a `Nano3SFTCheckpoint` (`--checkpoint-path`, or stdin); the problems come from its dataset
+Input: a `Nano3SFTCheckpoint` (`--checkpoint-path`, or stdin); the prompts from the `Nano3RLDataset` of
+stage-2 data curation (`--dataset-path`, as the recipe runs it), else its SFT dataset's training problems
 (recorded lineage). Output: a `Nano3RLCheckpoint`; the log has per step the mean reward, the share
 correct, the share of groups whose rewards differ (`informative_groups`: the others have zero
 advantages and teach nothing), the KL, the clipped share and the generation / update seconds.
@@ -35,7 +36,7 @@ from nemotron.artifact.fields import bookkeeping
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3SFTCheckpoint, Nano3SFTDataset
+from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLDataset, Nano3SFTCheckpoint, Nano3SFTDataset
 from nemotron.training.settings import OptimizerSettings, TrainingSettings
 
 # Optimizer steps per scale. Tiny: 20 steps of 4 questions x 4 samples, ~20 s on 2 cores. Measured from
@@ -78,6 +79,9 @@ class Config(TrainingSettings, OptimizerSettings):
     """Weight of the KL to the SFT model (0: no reference model is kept)."""
     reward_function: str = "nemotron.data_prep.verifiable:reward"
     """module:function(completion, answer) -> float."""
+    dataset_path: Path | None = None
+    """The Nano3RLDataset (stage-2 data_curation) whose prompts GRPO samples; default: the SFT dataset's
+    training problems, the same prompts in the same order."""
     eval_every: int = bookkeeping(10)
     """Unused by this step (the held-out numbers are stage-2 evaluation's); kept for the shared settings."""
     checkpoint_every: int = bookkeeping(10)
@@ -114,14 +118,18 @@ def main(config: Config) -> Nano3RLCheckpoint:
     sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
     dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                             stdin=False, flag="--checkpoint-path")
+    prompts_dataset = (Nano3RLDataset.load(path=config.dataset_path, scale=config.scale, flag="--dataset-path")
+                       if config.dataset_path is not None else None)
     steps = config.steps or STEPS[config.scale]
-    training = TrainingRun(config, inputs=[sft, dataset], steps=steps, name="grpo")
+    training = TrainingRun(config, inputs=[sft, dataset, *([prompts_dataset] if prompts_dataset else [])], steps=steps,
+                           name="grpo")
     world_size = training.info.world_size
     prompts_per_step = config.completions_per_step // config.group_size
     if prompts_per_step % world_size:
         raise NemotronError(f"--completions-per-step {config.completions_per_step} makes {prompts_per_step} groups, "
                             f"which do not split over {world_size} processes; use a multiple of {world_size} groups")
-    problems = read_problems(dataset.train_problems)
+    problems = (read_problems(dataset.train_problems) if prompts_dataset is None
+                else [p for path in prompts_dataset.prompt_files for p in read_problems(path)])
     tokenizer = load_tokenizer(sft.model_dir)
 
     # --- the policy (trained), the reference (frozen SFT model, only with a KL term) ---

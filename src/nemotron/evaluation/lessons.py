@@ -1,0 +1,83 @@
+"""A stage's lesson: what it changed on held-out items, with the noise beside it, in one place.
+
+Every evaluation step of the recipes scores the stage's model AND the model it started from (for
+stage 0: a unigram baseline) on the same held-out items, one number per item (a window's loss, a
+question's exact match, a pair's preference). `lesson(measure, before, after)` turns the two arrays into
+the record every evaluation artifact keeps as `metrics["lesson"]`:
+
+    {"measure": str, "before": float, "after": float, "gain": float, "standard_error": float, "n": int}
+
+`before` and `after` are the means over the items; `gain` is positive when the stage helped (after -
+before for a higher-is-better measure, before - after for a lower-is-better one); the standard error is
+the paired one, from the per-item differences (the same items, so most item-to-item variation cancels):
+std(difference, ddof=1) / sqrt(n). `verdict(lesson)` reads it in words, and `flipped(...)` picks, by
+a fixed rule (the first `k` in item order), the held-out items whose correctness this stage changed:
+the answers it fixed and the ones it broke.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from nemotron.errors import NemotronError
+
+LESSON_FIELDS = ("measure", "before", "after", "gain", "standard_error", "n")
+
+
+def lesson(measure: str, before: Sequence[float], after: Sequence[float], *, higher_is_better: bool = True) -> dict:
+    """The lesson record of two per-item arrays over the same held-out items (paired standard error)."""
+    before_values = np.asarray(before, dtype=np.float64)
+    after_values = np.asarray(after, dtype=np.float64)
+    if before_values.shape != after_values.shape or before_values.ndim != 1:
+        raise NemotronError(f"lesson {measure!r}: before has shape {before_values.shape} and after "
+                            f"{after_values.shape}; pass one value per held-out item for both models")
+    n = len(before_values)
+    if n == 0:
+        raise NemotronError(f"lesson {measure!r}: no held-out items were scored")
+    if not (np.isfinite(before_values).all() and np.isfinite(after_values).all()):
+        raise NemotronError(f"lesson {measure!r}: a per-item value is not finite (NaN or inf); "
+                            "every held-out item must have a score")
+    difference = after_values - before_values if higher_is_better else before_values - after_values
+    standard_error = float(difference.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    return {
+        "measure": measure,
+        "before": float(before_values.mean()),
+        "after": float(after_values.mean()),
+        "gain": float(difference.mean()),
+        "standard_error": standard_error,
+        "n": n,
+    }
+
+
+def verdict(record: dict) -> str:
+    """helped (gain above two standard errors), hurt (below minus two), else no clear change."""
+    gain, error = record["gain"], record["standard_error"]
+    if gain > 2 * error and gain > 0:
+        return "helped: gain > 2 SE"
+    if gain < -2 * error and gain < 0:
+        return "hurt: loss > 2 SE"
+    return "no clear change"
+
+
+def flipped(before_correct: Sequence[bool], after_correct: Sequence[bool], k: int = 5) -> tuple[list[int], list[int]]:
+    """(fixed, broken): the first `k` item indices, in item order, that this stage made right / made wrong."""
+    if len(before_correct) != len(after_correct):
+        raise NemotronError(f"{len(before_correct)} items before and {len(after_correct)} after; "
+                            "compare the same held-out items")
+    pairs = list(zip(before_correct, after_correct))
+    fixed = [i for i, (b, a) in enumerate(pairs) if a and not b]
+    broken = [i for i, (b, a) in enumerate(pairs) if b and not a]
+    return fixed[:k], broken[:k]
+
+
+def changed_answers(before_correct: Sequence[bool], after_correct: Sequence[bool], rows: Sequence[dict],
+                    k: int = 5) -> dict:
+    """What an artifact records for the report card's answers table: how many items were fixed and broken,
+    and the first `k` of each (the row of each, e.g. {"question", "expected", "before", "after"})."""
+    fixed, broken = flipped(before_correct, after_correct, k=len(rows))
+    return {"rule": f"the first {k} held-out items, in item order, whose correctness changed",
+            "num_fixed": len(fixed), "num_broken": len(broken),
+            "fixed": [rows[i] for i in fixed[:k]], "broken": [rows[i] for i in broken[:k]]}
