@@ -35,7 +35,8 @@ those tokens' lengths.
 Completions `echo: true` returns the prompt before the completion, and with `logprobs` scores the prompt's
 tokens too (the first has `null`: nothing precedes it); `max_tokens: 0` with it scores without generating.
 lm-eval's `local-completions` scores a multiple-choice or perplexity task so (`echo`, `logprobs: 1`, and
-`max_tokens: 1`, whose token it drops: give it `max_length` one less than the model's context).
+`max_tokens: 1`, whose token it drops: its `max_length` is the model's context, `/v1/models`' `context`,
+from which it keeps one token for that one; `python -m nemotron.evaluation --through-server URL` sets it).
 
 Refused with a 400 and a one-line OpenAI error (`{"error": {"message", "type": "invalid_request_error",
 "param", "code"}}`): a body that is not a JSON object, a field of the wrong type, a setting out of its range
