@@ -6,9 +6,11 @@ with lm-eval 0.4.13 in this process, `--limit` items per task, and prints the wa
 loaded, lm-eval's task setup, every request) and items per second (items of all tasks, controls counted).
 The load average is printed beside it: on a shared machine the neighbours' work is in the number.
 
-The other side, through the server (`python -m nemotron.serve` + lm-eval's `local-completions`), needs
-`/v1/completions` with `echo` and `logprobs` (issue #37, item 4); `through_server` is where it goes, and the
-ratio line compares the two once it runs.
+Then the same tasks through the server, as `python -m nemotron.evaluation --through-server URL` runs them:
+`python -m nemotron.serve` on the same folder in a subprocess (its default: 1 torch thread), lm-eval's
+`local-completions` sending it every request over HTTP, `--batch-size` prompts per request. Its wall time
+counts the server's start (the model loaded there) as the in-process time counts loading the model here,
+and the ratio line compares the two rates.
 
     python benchmarks/bench_standard_eval.py [--limit 100] [--threads 1]
     python benchmarks/bench_standard_eval.py --quick     # 4 items per task
@@ -16,6 +18,8 @@ ratio line compares the two once it runs.
 
 import argparse
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,10 +52,37 @@ def in_process(model_dir: Path, out: Path, limit: int, batch_size: int) -> tuple
     return time.perf_counter() - start, 2 * sum(s["n"] for s in summaries.values())
 
 
-def through_server(model_dir: Path, out: Path, limit: int, batch_size: int) -> tuple[float, int] | None:
-    """The same tasks through `nemotron.serve` and lm-eval's `local-completions`: not yet possible
-    (/v1/completions has no echo / logprobs; issue #37, item 4). Return (seconds, items) once it is."""
-    return None
+def through_server(model_dir: Path, out: Path, limit: int, batch_size: int) -> tuple[float, int]:
+    """(seconds, items scored) for the same tasks through `python -m nemotron.serve` (a subprocess on a free
+    loopback port) and lm-eval's `local-completions`, the server's start included."""
+    import httpx
+
+    from nemotron.evaluation.benchmarks import CORE, evaluate_benchmarks
+    from nemotron.evaluation.through_server import served_model, server_lm
+
+    with socket.socket() as s:  # a free port: bound, read, released for the server
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    start = time.perf_counter()
+    server = subprocess.Popen([sys.executable, "-m", "nemotron.serve", str(model_dir), "--port", str(port),
+                               "--max-batch-size", str(batch_size)], stdout=subprocess.DEVNULL)
+    try:
+        while True:
+            if server.poll() is not None:
+                raise SystemExit(f"error: the server exited with status {server.returncode} before it answered")
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        out.mkdir(parents=True)
+        lm = server_lm(url, served_model(url, None), out, batch_size=batch_size)
+        summaries, _ = evaluate_benchmarks(lm, [CORE], out, limit=limit)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return time.perf_counter() - start, 2 * sum(s["n"] for s in summaries.values())
 
 
 def main() -> None:
@@ -72,12 +103,9 @@ def main() -> None:
         served = through_server(model_dir, Path(tmp) / "through_server", limit, args.batch_size)
     print(f"load average {os.getloadavg()[0]:.2f} (after)", file=sys.stderr)
     print(f"in-process:     {seconds:8.1f} s for {items} items (tasks and controls)")
-    if served is None:
-        print("through-server: not measured (needs /v1/completions echo + logprobs: issue #37, item 4)")
-    else:
-        print(f"through-server: {served[0]:8.1f} s for {served[1]} items; "
-              f"{(served[1] / served[0]) / (items / seconds):.2f}x the in-process rate")
-    print(f"in-process items per second: {items / seconds:.1f}")
+    print(f"through-server: {served[0]:8.1f} s for {served[1]} items")
+    print(f"items per second: in-process {items / seconds:.1f}, through-server {served[1] / served[0]:.1f}; "
+          f"through-server runs at {(served[1] / served[0]) / (items / seconds):.2f}x the in-process rate")
 
 
 if __name__ == "__main__":

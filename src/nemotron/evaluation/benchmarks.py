@@ -252,6 +252,18 @@ def item_scores(samples: list[dict], metric: str) -> list[float]:
     return [float(s[name]) for s in sorted(chosen, key=lambda s: s["doc_id"])]
 
 
+def item_responses(samples: list[dict]) -> list[list[float] | str]:
+    """Per item (in doc_id order) what the model answered: a log-likelihood per request (each choice after its
+    context) for a scored task, the generated text for a generation task."""
+    first = {s["doc_id"]: s for s in reversed(samples)}  # a filtered task logs an item once per filter
+    out = []
+    for _, sample in sorted(first.items()):
+        answers = [r[0] for r in sample["resps"]]
+        out.append(answers[0] if len(answers) == 1 and isinstance(answers[0], str)
+                   else [float(a[0] if isinstance(a, (list, tuple)) else a) for a in answers])
+    return out
+
+
 def summarize(benchmark: Benchmark, docs: list[dict], real: list[float], control: list[float],
               lm_eval_metrics: dict[str, float]) -> dict[str, Any]:
     """A task's numbers: score, standard error, chance, items, split, the control and the gap."""
@@ -277,24 +289,27 @@ def summarize(benchmark: Benchmark, docs: list[dict], real: list[float], control
     return summary
 
 
-def lm_eval_model(model, tokenizer, *, batch_size: int = 16, max_length: int | None = None):
-    """lm-eval's `hf` model around a model already loaded (ours, SmolLM2 or any Hugging Face folder).
-
-    Our models (a tokenizer with our special tokens at ids 0..4) start every document after EOS, so EOS is
-    their loglikelihood prefix (as in `harness.run_lm_eval`); any other model gets lm-eval's default
-    (its BOS, else its EOS).
-    """
+def prefix_token_id(tokenizer) -> int | None:
+    """The token an empty context is scored after. Our models (a tokenizer with our special tokens at ids 0..4)
+    start every document after EOS, so EOS (as in `harness.run_lm_eval`); None for any other model: lm-eval's
+    default (its BOS, else its EOS)."""
     from nemotron.data_prep.tokenizer import EOS_ID, SPECIAL_TOKENS
-    from nemotron.evaluation.lm_eval_offline import import_lm_eval
 
     ours = tokenizer.convert_ids_to_tokens(list(range(len(SPECIAL_TOKENS)))) == SPECIAL_TOKENS
+    return EOS_ID if ours else None
+
+
+def lm_eval_model(model, tokenizer, *, batch_size: int = 16, max_length: int | None = None):
+    """lm-eval's `hf` model around a model already loaded (ours, SmolLM2 or any Hugging Face folder), the
+    empty context scored after `prefix_token_id(tokenizer)`."""
+    from nemotron.evaluation.lm_eval_offline import import_lm_eval
 
     import_lm_eval()  # offline, and one line if lm-eval is missing
     from lm_eval.models.huggingface import HFLM
 
     with contextlib.redirect_stdout(sys.stderr):
         return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu",
-                    max_length=max_length, prefix_token_id=EOS_ID if ours else None)
+                    max_length=max_length, prefix_token_id=prefix_token_id(tokenizer))
 
 
 def evaluate_benchmarks(
@@ -303,7 +318,8 @@ def evaluate_benchmarks(
     """Score `lm` (an lm-eval model) on our standard tasks `names` and on their controls, in one lm-eval run.
 
     Writes `<out>/lm_eval_tasks/` (each task's items and control items as JSONL, its YAML as run) and
-    `<out>/benchmark_results.json` (lm-eval's per-item scores). Returns ({task: summary}, that file).
+    `<out>/benchmark_results.json` (lm-eval's per-item scores, and what the model answered: `item_responses`,
+    so two runs, in-process and through the server, compare item by item). Returns ({task: summary}, that file).
     `limit` takes the first items of each task (MMLU: of every subject in turn).
     """
     from nemotron.evaluation.lm_eval_offline import import_lm_eval
@@ -329,7 +345,7 @@ def evaluate_benchmarks(
     with contextlib.redirect_stdout(sys.stderr):
         results = simple_evaluate(model=lm, tasks=specs, task_manager=TaskManager(include_defaults=False),
                                   bootstrap_iters=0, log_samples=True)
-    summaries, samples = {}, {}
+    summaries, samples, responses = {}, {}, {}
     for name, items in docs.items():
         benchmark = BY_NAME[name]
         real = item_scores(results["samples"][name], benchmark.metric)
@@ -338,8 +354,11 @@ def evaluate_benchmarks(
                    if isinstance(value, (int, float)) and "_stderr" not in key}
         summaries[name] = summarize(benchmark, items, real, control, numbers)
         samples[name] = {"items": real, "control": control}
+        responses[name] = {kind: item_responses(results["samples"][task])
+                           for kind, task in (("items", name), ("control", name + CONTROL_SUFFIX))}
     path = atomic.write_text(out / "benchmark_results.json", json.dumps(
-        {"limit": limit, "seed": seed, "summaries": summaries, "item_scores": samples}, indent=1, sort_keys=True
+        {"limit": limit, "seed": seed, "summaries": summaries, "item_scores": samples,
+         "responses": responses}, indent=1, sort_keys=True
     ) + "\n")
     return summaries, path
 
@@ -348,9 +367,10 @@ def verdict(summary: dict[str, Any]) -> str:
     """What a score says, plainly: at chance, no better than its own control, or a model reading the question."""
     if summary["at_chance"]:
         return "at chance (within 2 standard errors)"
+    side = "above" if summary["score"] > summary["chance"] else "below"  # a constant answer can score below
     if not summary["reads_question_significant"]:
-        return "above chance, but no sign it reads the question (the control is within 2 standard errors)"
-    return "above chance, reads the question"
+        return f"{side} chance, but no sign it reads the question (the control is within 2 standard errors)"
+    return f"{side} chance, reads the question"
 
 
 def at_chance_line(name: str, summary: dict[str, Any]) -> str:

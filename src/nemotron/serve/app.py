@@ -35,7 +35,8 @@ those tokens' lengths.
 Completions `echo: true` returns the prompt before the completion, and with `logprobs` scores the prompt's
 tokens too (the first has `null`: nothing precedes it); `max_tokens: 0` with it scores without generating.
 lm-eval's `local-completions` scores a multiple-choice or perplexity task so (`echo`, `logprobs: 1`, and
-`max_tokens: 1`, whose token it drops: give it `max_length` one less than the model's context).
+`max_tokens: 1`, whose token it drops: its `max_length` is the model's context, `/v1/models`' `context`,
+from which it keeps one token for that one; `python -m nemotron.evaluation --through-server URL` sets it).
 
 Continuing an answer (the page's click on an alternative token; vLLM's pair of options): chat
 `continue_final_message: true` (with `add_generation_prompt` false or absent) takes a conversation that ends
