@@ -489,3 +489,35 @@ def test_sixteen_concurrent_streaming_clients_all_complete(server, client):
     for n, (_, chunks) in zip(lengths, streams, strict=True):
         assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
         assert 0 < chunks[-1].usage.completion_tokens <= n
+
+
+def test_a_single_turn_model_is_asked_one_turn_at_a_time_until_history_on(runs, capsys, monkeypatch):
+    import io
+
+    from nemotron.chat.__main__ import Chat, Config, Terminal, main
+    from nemotron.serve.engine import Engine
+    from nemotron.serve.models import load_served
+
+    served = load_served(runs / "nano3" / "stage2_rl" / "training")
+    assert served.single_turn and not load_served(runs / "nano2" / "stage2_alignment" / "training").single_turn
+    chat = Chat(served, Engine(served.model, served.tokenizer, stop_token_ids=served.stop_token_ids),
+                Config(max_tokens=40, reasoning=False), Terminal())
+    first = chat.ask("What is 12+30?")
+    assert first.strip() and chat.messages("And 5+5?") == [{"role": "user", "content": "And 5+5?"}]
+    chat.command("/history on")
+    chat.ask("What is 12+30?")
+    assert [m["role"] for m in chat.messages("And 5+5?")] == ["user", "assistant", "user"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    main(Config(model=str(runs / "nano3" / "stage2_rl" / "training"), max_tokens=4))
+    assert "trained on single turns" in capsys.readouterr().err
+
+
+def test_the_api_chat_and_page_share_one_default_sampling(server, client):
+    from nemotron.serve.models import DEFAULT_SAMPLING
+
+    listed = {m.id: m.model_extra["nemotron"] for m in client.models.list().data}
+    assert listed[DPO]["sampling"] == DEFAULT_SAMPLING and listed[RL]["single_turn"]
+    default = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, seed=7)
+    greedy = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, temperature=0, seed=3)
+    assert DEFAULT_SAMPLING["temperature"] == 0
+    assert default.choices[0].message.content == greedy.choices[0].message.content

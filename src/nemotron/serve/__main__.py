@@ -23,7 +23,9 @@ from nemotron.errors import NemotronError
 
 @dataclass
 class Config:
-    """Serve models behind an OpenAI-compatible HTTP API and a chat page on 127.0.0.1."""
+    """Serve models behind an OpenAI-compatible HTTP API and a chat page on 127.0.0.1. A request that names no
+    temperature / top_p gets the default sampling, greedy (temperature 0, top_p 1): the same as the terminal
+    chat and the page (`nemotron.serve.models.DEFAULT_SAMPLING`)."""
 
     models: tyro.conf.Positional[tuple[str, ...]] = ("smollm2",)
     """Checkpoint artifact folders, Hugging Face model folders, or `smollm2` (SmolLM2-135M-Instruct)."""

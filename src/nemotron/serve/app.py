@@ -16,8 +16,10 @@ Every answer counts `usage` (prompt, completion, total tokens) and says why it e
 what the context leaves, at most 512). A reasoning model (nano3) returns its reasoning apart from the
 answer, as `reasoning_content` and `reasoning` (the two names clients read), in messages and in
 deltas; `chat_template_kwargs: {"enable_thinking": false}` switches it off per request. `response_format`
-`json_schema` / `json_object` constrains decoding with xgrammar; `temperature` 0 is greedy (default 1,
-as OpenAI); `seed` seeds sampling. A client that disconnects mid-stream stops its generation.
+`json_schema` / `json_object` constrains decoding with xgrammar; `temperature` 0 is greedy; a request that
+names no `temperature` / `top_p` gets the model's default sampling (`serve.models.DEFAULT_SAMPLING`: greedy,
+not OpenAI's 1, so the API, the terminal chat and the page answer alike; /v1/models shows it as `sampling`);
+`seed` seeds sampling. A client that disconnects mid-stream stops its generation.
 
 Log-probabilities, in the OpenAI API's shapes (and vLLM's): chat `logprobs: true` with `top_logprobs: k`
 (0-20) gives `choices[].logprobs.content[]` = `{token, logprob, bytes, top_logprobs: [k x {token, logprob,
@@ -62,7 +64,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from nemotron.errors import NemotronError
 from nemotron.serve.engine import Engine, GenerationRequest, GenerationResult
-from nemotron.serve.models import ServedModel
+from nemotron.serve.models import DEFAULT_SAMPLING, ServedModel
 from nemotron.serve.reasoning import ReasoningSplitter
 
 PAGE = Path(__file__).with_name("page.html")
@@ -221,7 +223,8 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
                        "context_length_exceeded")
         return GenerationRequest(
             prompt_ids=prompt_ids, max_tokens=min(DEFAULT_MAX_TOKENS, room) if max_tokens is None else max_tokens,
-            temperature=1.0 if temperature is None else float(temperature), top_p=1.0 if top_p is None else top_p,
+            temperature=DEFAULT_SAMPLING["temperature"] if temperature is None else float(temperature),
+            top_p=DEFAULT_SAMPLING["top_p"] if top_p is None else top_p,
             seed=seed + next(counter) if request_seed is None else request_seed, stop=stop, json_schema=schema,
             json_object=kind == "json_object", logprobs=logprobs,
             prompt_logprobs=not chat and logprobs is not None and boolean(body, "echo"))
@@ -255,7 +258,8 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
     async def models():
         return {"object": "list", "data": [
             {"id": m.name, "object": "model", "created": created, "owned_by": "nemotron",
-             "nemotron": {**m.identity, "format": m.format, "reasons": m.reasons,
+             "nemotron": {**m.identity, "format": m.format, "reasons": m.reasons, "sampling": m.sampling,
+                          "single_turn": m.single_turn,
                           "parameters": sum(p.numel() for p in m.model.parameters()),
                           "context": e.max_positions}} for m, e in served]}
 
