@@ -46,6 +46,8 @@ logprobs in [0, 20]), `n` > 1, tools, an unknown model, a prompt that does not f
 (`context_length_exceeded`), a token id outside the vocabulary, a chat sent to a base model, a schema
 xgrammar cannot compile, `echo` with `stream`. No handler declares a pydantic body, so FastAPI's 422 never
 answers a completion request: every check is ours and says which field is wrong and what it may be.
+`/openapi.json` describes the request bodies all the same (`CHAT_BODY`, `COMPLETION_BODY`, documentation
+only); tests/test_serve_fuzz.py fuzzes the server from it with schemathesis.
 """
 
 from __future__ import annotations
@@ -69,6 +71,44 @@ from nemotron.serve.reasoning import ReasoningSplitter
 
 PAGE = Path(__file__).with_name("page.html")
 DEFAULT_MAX_TOKENS = 512  # when a request names none: at most this, and never past the context
+
+
+def _body(properties: dict, required: list[str]) -> dict:
+    """OpenAPI `requestBody` of a JSON object: published in /openapi.json (clients, the API fuzz). Documentation
+    only: the handlers read the raw body and check every field themselves (the OpenAI-worded 400s)."""
+    schema = {"type": "object", "properties": properties, "required": required}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_STOP = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 4}, {"type": "null"}]}
+_SAMPLING = {
+    "model": {"type": "string", "description": "a served model's id (GET /v1/models); default: the first"},
+    "max_tokens": {"type": ["integer", "null"]},
+    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+    "top_p": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1}, "n": {"type": ["integer", "null"]},
+    "seed": {"type": ["integer", "null"]}, "stop": _STOP, "stream": {"type": ["boolean", "null"]},
+    "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": "boolean"}}},
+    "response_format": {"type": ["object", "null"], "properties": {
+        "type": {"enum": ["text", "json_object", "json_schema"]}, "json_schema": {"type": "object"}}},
+}
+CHAT_BODY = _body({
+    **_SAMPLING, "max_completion_tokens": {"type": ["integer", "null"]},
+    "messages": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "required": ["role", "content"], "properties": {
+        "role": {"enum": ["system", "user", "assistant"]},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+            "type": "object", "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}},
+    "logprobs": {"type": ["boolean", "null"]},
+    "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
+    "chat_template_kwargs": {"type": ["object", "null"], "properties": {"enable_thinking": {"type": "boolean"}}},
+}, ["messages"])
+COMPLETION_BODY = _body({
+    **_SAMPLING,
+    "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                         {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+                             "type": "integer", "minimum": 0}}]}}]},
+    "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20}, "echo": {"type": ["boolean", "null"]},
+}, ["prompt"])
 
 
 class _Bad(Exception):
@@ -263,7 +303,7 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
                           "parameters": sum(p.numel() for p in m.model.parameters()),
                           "context": e.max_positions}} for m, e in served]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=CHAT_BODY)
     async def chat_completions(raw: Request):
         body = await _json(raw)
         model, engine = pick(body)
@@ -287,7 +327,7 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
             return reply.stream(lambda: submit(engine, [request]), _include_usage(body))
         return reply.whole([await asyncio.wrap_future(f) for f in submit(engine, [request])])
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=COMPLETION_BODY)
     async def completions(raw: Request):
         body = await _json(raw)
         model, engine = pick(body)
