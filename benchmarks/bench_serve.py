@@ -1,13 +1,13 @@
-"""8 streaming chat clients at once against `python -m nemotron.serve`: time to first token, tokens/s each.
+"""Static against continuous batching in `python -m nemotron.serve`: 8 streaming clients and the head-of-line case.
 
 Starts the server (one torch thread) on a free loopback port, then sends the same streamed chat request
 from `--clients` threads through the official `openai` client, first one after another (the baseline,
 measured in the same run), then all at once. Per client: time to first token (request sent -> first
 text delta), completion tokens (the server's `usage`, from `stream_options.include_usage`) and tokens/s
-over the whole request; and whether the stream ended properly (a finish_reason, then `[DONE]`). The
-server decodes concurrent requests as one batch (`nemotron.serve.engine`), so eight clients should get
-far more than 1/8 of the tokens/s each: the ratio printed last is the aggregate tokens/s of the
-concurrent clients over the sequential baseline's.
+over the whole request; and whether the stream ended properly (a finish_reason, then `[DONE]`). Then the
+head-of-line case: a 2-token completion alone, and sent 2 s after a 200-token one started (target: within
+twice its alone time or 1 s, whichever is larger). All of it twice, one server each: `--batching static`
+(the old scheduling, the baseline) and `--batching continuous`; the ratios printed last compare them.
 
     python benchmarks/bench_serve.py                     # SmolLM2-135M-Instruct, 8 clients, 48 tokens each
     python benchmarks/bench_serve.py --model runs/nano2/stage2_alignment/training

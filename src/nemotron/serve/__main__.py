@@ -4,8 +4,9 @@
     python -m nemotron.serve runs/nano2/stage2_alignment/training runs/nano3/stage2_rl/training --port 8011
     python -m nemotron.serve smollm2 --served-model-name smollm2-135m-instruct
 
-Each model gets its own engine (`nemotron.serve.engine`): concurrent requests to it are decoded as one
-batch. Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
+Each model gets its own engine (`nemotron.serve.engine`): requests to it join and leave its running batch
+between decode steps (`--batching continuous`; `static` is the old one-batch-at-a-time scheduling).
+Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
 What the API answers and refuses: `nemotron.serve.app`. The server binds 127.0.0.1 unless told otherwise;
 at scale the same clients talk to vLLM, SGLang, NIM or a hosted endpoint instead.
 """
