@@ -429,3 +429,64 @@ def test_the_page_streams_the_same_greedy_answer_with_reasoning_apart_in_a_real_
         assert not turn.find_elements(By.CSS_SELECTOR, "details.reasoning")
     finally:
         driver.quit()
+
+
+def test_a_greedy_answer_does_not_depend_on_what_else_is_in_the_batch(server, client):
+    """Continuous batching: other requests of other lengths join and leave while this one decodes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    alone = client.completions.create(model=BASE, prompt="To be or not", max_tokens=24, temperature=0, logprobs=2)
+    others = [("O Romeo", 40), ("What light through yonder window breaks, it is the east", 3), ("Now", 17)]
+    with ThreadPoolExecutor(4) as pool:
+        busy = [pool.submit(client.completions.create, model=BASE, prompt=p, max_tokens=n, temperature=0)
+                for p, n in others]
+        beside = pool.submit(client.completions.create, model=BASE, prompt="To be or not", max_tokens=24,
+                             temperature=0, logprobs=2).result(timeout=120)
+        assert all(f.result(timeout=120).choices[0].finish_reason for f in busy)
+    assert beside.choices[0].text == alone.choices[0].text
+    assert beside.choices[0].logprobs.token_logprobs == alone.choices[0].logprobs.token_logprobs
+
+
+def test_sixteen_concurrent_streaming_clients_all_complete(server, client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    lengths = [2 + 3 * i for i in range(16)]  # rows leave at different steps while the others go on
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(stream_chat, client, model=DPO, messages=HELLO, max_tokens=n, temperature=0,
+                               stream_options={"include_usage": True}) for n in lengths]
+        streams = [f.result(timeout=300) for f in futures]
+    for n, (_, chunks) in zip(lengths, streams, strict=True):
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert 0 < chunks[-1].usage.completion_tokens <= n
+
+
+def test_a_single_turn_model_is_asked_one_turn_at_a_time_until_history_on(runs, capsys, monkeypatch):
+    import io
+
+    from nemotron.chat.__main__ import Chat, Config, Terminal, main
+    from nemotron.serve.engine import Engine
+    from nemotron.serve.models import load_served
+
+    served = load_served(runs / "nano3" / "stage2_rl" / "training")
+    assert served.single_turn and not load_served(runs / "nano2" / "stage2_alignment" / "training").single_turn
+    chat = Chat(served, Engine(served.model, served.tokenizer, stop_token_ids=served.stop_token_ids),
+                Config(max_tokens=40, reasoning=False), Terminal())
+    first = chat.ask("What is 12+30?")
+    assert first.strip() and chat.messages("And 5+5?") == [{"role": "user", "content": "And 5+5?"}]
+    chat.command("/history on")
+    chat.ask("What is 12+30?")
+    assert [m["role"] for m in chat.messages("And 5+5?")] == ["user", "assistant", "user"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    main(Config(model=str(runs / "nano3" / "stage2_rl" / "training"), max_tokens=4))
+    assert "trained on single turns" in capsys.readouterr().err
+
+
+def test_the_api_chat_and_page_share_one_default_sampling(server, client):
+    from nemotron.serve.models import DEFAULT_SAMPLING
+
+    listed = {m.id: m.model_extra["nemotron"] for m in client.models.list().data}
+    assert listed[DPO]["sampling"] == DEFAULT_SAMPLING and listed[RL]["single_turn"]
+    default = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, seed=7)
+    greedy = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, temperature=0, seed=3)
+    assert DEFAULT_SAMPLING["temperature"] == 0
+    assert default.choices[0].message.content == greedy.choices[0].message.content

@@ -5,13 +5,15 @@
     python -m nemotron.chat runs/nano2/stage2_alignment/training --prompt "hello"   # answer once, exit
     echo "What is 12+30?" | python -m nemotron.chat runs/nano3/stage2_rl/training --no-reasoning
 
-The conversation is kept turn after turn and rendered with the checkpoint's own template (from its
-tokenizer, `nemotron.serve.models`); tokens are printed as the engine decodes them (the same
-`nemotron.serve.engine` the server runs, so what you see here is what an API client gets). Commands:
-`/reset` (forget the conversation), `/temperature T` (0 = greedy, the default), `/system TEXT` (a
-system message; `/system` alone removes it), `/reasoning on|off` (nano3: think first, or answer at
-once), `/quit`. A pretrain checkpoint never learnt to chat: each line you type is continued as plain
-text, with no memory of earlier lines.
+The conversation is kept turn after turn (except for a model trained on single turns, nano3: there each
+message is asked alone, the chat says so at start, and `/history on` keeps the conversation) and rendered
+with the checkpoint's own template (from its tokenizer, `nemotron.serve.models`); tokens are printed as the
+engine decodes them (the same `nemotron.serve.engine` the server runs, so what you see here is what an
+API client gets). Commands: `/reset` (forget the conversation), `/history on|off`, `/temperature T` (0 =
+greedy, the default: the model's default sampling, `nemotron.serve.models.DEFAULT_SAMPLING`, as in the
+API and on the page), `/system TEXT` (a system message; `/system` alone removes it), `/reasoning on|off`
+(nano3: think first, or answer at once), `/quit`. A pretrain checkpoint never learnt to chat: each line
+you type is continued as plain text, with no memory of earlier lines.
 
 The answer goes to stdout and everything else (reasoning, banners, prompts) to stderr, so
 `answer=$(python -m nemotron.chat ... --prompt "...")` captures the answer alone. Colour (dim
@@ -32,7 +34,9 @@ from nemotron.errors import NemotronError
 
 @dataclass
 class Config:
-    """Chat with a checkpoint in the terminal."""
+    """Chat with a checkpoint in the terminal. Default sampling: greedy (temperature 0, top_p 1), the same as
+    the server's API and page (`nemotron.serve.models.DEFAULT_SAMPLING`). A model trained on single turns
+    (nano3) is asked one turn at a time unless `--history` (or `/history on`)."""
 
     model: tyro.conf.Positional[str | None] = None
     """A checkpoint artifact folder, a Hugging Face model folder or `smollm2`; default: the newest chat
@@ -43,8 +47,10 @@ class Config:
     """A system message to start the conversation with."""
     reasoning: bool = True
     """nano3: reason before answering (the reasoning is shown apart from the answer)."""
-    temperature: float = 0.0
-    """0 is greedy: the same question gets the same answer."""
+    temperature: float | None = None
+    """0 is greedy: the same question gets the same answer; default: the model's default sampling."""
+    history: bool | None = None
+    """Keep the conversation turn after turn; default: yes, except for a model trained on single turns."""
     max_tokens: int = 256
     """Most tokens per answer (fewer if the context is nearly full)."""
     seed: int = 0
@@ -88,13 +94,15 @@ class Chat:
 
     def __init__(self, served, engine, config: Config, terminal: Terminal):
         self.served, self.engine, self.config, self.terminal = served, engine, config, terminal
-        self.temperature, self.system, self.reasoning = config.temperature, config.system, config.reasoning
+        self.temperature = served.sampling["temperature"] if config.temperature is None else config.temperature
+        self.system, self.reasoning = config.system, config.reasoning
+        self.history = not served.single_turn if config.history is None else config.history
         self.turns: list[dict] = []
         self.count = 0
 
     def messages(self, text: str) -> list[dict]:
         head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + self.turns + [{"role": "user", "content": text}]
+        return head + (self.turns if self.history else []) + [{"role": "user", "content": text}]
 
     def ask(self, text: str) -> str:
         """Stream the model's answer to `text`; returns the answer (without the reasoning)."""
@@ -128,7 +136,8 @@ class Chat:
                 self.terminal.answer(answer)
 
         request = GenerationRequest(prompt_ids=ids, max_tokens=min(self.config.max_tokens, room),
-                                    temperature=self.temperature, seed=self.config.seed + self.count, on_text=show)
+                                    temperature=self.temperature, top_p=self.served.sampling["top_p"],
+                                    seed=self.config.seed + self.count, on_text=show)
         self.count += 1
         result = self.engine.submit(request).result()
         show("", final=True)
@@ -136,7 +145,9 @@ class Chat:
         if result.finish_reason == "length":
             self.terminal.note(f"[cut at {request.max_tokens} tokens]")
         answer = "".join(shown["answer"])
-        if chat and answer.strip():
+        if chat and not self.history:
+            pass  # one turn at a time: nothing to keep
+        elif chat and answer.strip():
             self.turns += [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
         elif chat:  # nothing to answer with (thoughts cut by max_tokens): an empty turn would not render
             self.terminal.note("[no answer, so this exchange is not kept in the conversation]")
@@ -160,12 +171,18 @@ class Chat:
         elif name == "/system":
             self.system = arg or None
             self.terminal.note(f"[system message {'set' if arg else 'removed'}]")
+        elif name == "/history" and arg in ("on", "off"):
+            self.history = arg == "on"
+            self.turns = []
+            self.terminal.note("[the conversation is kept turn after turn]" if self.history
+                               else "[one turn at a time: each message is asked alone]")
         elif name == "/reasoning" and arg in ("on", "off"):
             self.reasoning = arg == "on"
             note = "" if self.served.reasons else f" (this model, {self.served.format}, does not reason)"
             self.terminal.note(f"[reasoning {arg}{note}]")
         else:
-            self.terminal.note("[commands: /reset, /temperature T, /system TEXT, /reasoning on|off, /quit]")
+            self.terminal.note("[commands: /reset, /temperature T, /system TEXT, /history on|off, /reasoning on|off, "
+                               "/quit]")
         return True
 
 
@@ -187,7 +204,10 @@ def main(config: Config) -> None:
         chat.ask(config.prompt)
         return
     terminal.note(f"chat: {spec} ({kind}). Type a message; /reset /temperature T /system TEXT "
-                  f"/reasoning on|off /quit")
+                  f"/history on|off /reasoning on|off /quit")
+    if served.format != "completion" and not chat.history:
+        terminal.note("[this model was trained on single turns: each message is asked alone, without the earlier "
+                      "ones; /history on keeps the conversation]")
     while (line := terminal.read()) is not None:
         if not line.strip():
             continue

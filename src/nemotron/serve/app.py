@@ -16,8 +16,10 @@ Every answer counts `usage` (prompt, completion, total tokens) and says why it e
 what the context leaves, at most 512). A reasoning model (nano3) returns its reasoning apart from the
 answer, as `reasoning_content` and `reasoning` (the two names clients read), in messages and in
 deltas; `chat_template_kwargs: {"enable_thinking": false}` switches it off per request. `response_format`
-`json_schema` / `json_object` constrains decoding with xgrammar; `temperature` 0 is greedy (default 1,
-as OpenAI); `seed` seeds sampling. A client that disconnects mid-stream stops its generation.
+`json_schema` / `json_object` constrains decoding with xgrammar; `temperature` 0 is greedy; a request that
+names no `temperature` / `top_p` gets the model's default sampling (`serve.models.DEFAULT_SAMPLING`: greedy,
+not OpenAI's 1, so the API, the terminal chat and the page answer alike; /v1/models shows it as `sampling`);
+`seed` seeds sampling. A client that disconnects mid-stream stops its generation.
 
 Log-probabilities, in the OpenAI API's shapes (and vLLM's): chat `logprobs: true` with `top_logprobs: k`
 (0-20) gives `choices[].logprobs.content[]` = `{token, logprob, bytes, top_logprobs: [k x {token, logprob,
@@ -56,7 +58,9 @@ logprobs in [0, 20]), `n` > 1, tools, an unknown model, a prompt that does not f
 (`context_length_exceeded`), `continue_final_message` without a final assistant message, a token id
 outside the vocabulary, a chat sent to a base model, a schema xgrammar cannot compile, `echo` with `stream`.
 No handler declares a pydantic body, so FastAPI's 422 never answers a completion request: every check is
-ours and says which field is wrong and what it may be.
+ours and says which field is wrong and what it may be. `/openapi.json` describes the request bodies all the
+same (`CHAT_BODY`, `COMPLETION_BODY`, documentation only); tests/test_serve_fuzz.py fuzzes the server from
+it with schemathesis.
 """
 
 from __future__ import annotations
@@ -75,11 +79,49 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from nemotron.errors import NemotronError
 from nemotron.serve.engine import Engine, GenerationRequest, GenerationResult
-from nemotron.serve.models import ServedModel
+from nemotron.serve.models import DEFAULT_SAMPLING, ServedModel
 from nemotron.serve.reasoning import ReasoningSplitter
 
 PAGE = Path(__file__).with_name("page.html")
 DEFAULT_MAX_TOKENS = 512  # when a request names none: at most this, and never past the context
+
+
+def _body(properties: dict, required: list[str]) -> dict:
+    """OpenAPI `requestBody` of a JSON object: published in /openapi.json (clients, the API fuzz). Documentation
+    only: the handlers read the raw body and check every field themselves (the OpenAI-worded 400s)."""
+    schema = {"type": "object", "properties": properties, "required": required}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_STOP = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 4}, {"type": "null"}]}
+_SAMPLING = {
+    "model": {"type": "string", "description": "a served model's id (GET /v1/models); default: the first"},
+    "max_tokens": {"type": ["integer", "null"]},
+    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+    "top_p": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1}, "n": {"type": ["integer", "null"]},
+    "seed": {"type": ["integer", "null"]}, "stop": _STOP, "stream": {"type": ["boolean", "null"]},
+    "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": "boolean"}}},
+    "response_format": {"type": ["object", "null"], "properties": {
+        "type": {"enum": ["text", "json_object", "json_schema"]}, "json_schema": {"type": "object"}}},
+}
+CHAT_BODY = _body({
+    **_SAMPLING, "max_completion_tokens": {"type": ["integer", "null"]},
+    "messages": {"type": "array", "minItems": 1, "items": {
+        "type": "object", "required": ["role", "content"], "properties": {
+        "role": {"enum": ["system", "user", "assistant"]},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+            "type": "object", "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}]}}}},
+    "logprobs": {"type": ["boolean", "null"]},
+    "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
+    "chat_template_kwargs": {"type": ["object", "null"], "properties": {"enable_thinking": {"type": "boolean"}}},
+}, ["messages"])
+COMPLETION_BODY = _body({
+    **_SAMPLING,
+    "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                         {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
+                             "type": "integer", "minimum": 0}}]}}]},
+    "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20}, "echo": {"type": ["boolean", "null"]},
+}, ["prompt"])
 
 
 class _Bad(Exception):
@@ -249,7 +291,8 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
                        "context_length_exceeded")
         return GenerationRequest(
             prompt_ids=prompt_ids, max_tokens=min(DEFAULT_MAX_TOKENS, room) if max_tokens is None else max_tokens,
-            temperature=1.0 if temperature is None else float(temperature), top_p=1.0 if top_p is None else top_p,
+            temperature=DEFAULT_SAMPLING["temperature"] if temperature is None else float(temperature),
+            top_p=DEFAULT_SAMPLING["top_p"] if top_p is None else top_p,
             seed=seed + next(counter) if request_seed is None else request_seed, stop=stop, json_schema=schema,
             json_object=kind == "json_object", logprobs=logprobs,
             prompt_logprobs=not chat and logprobs is not None and boolean(body, "echo"))
@@ -283,11 +326,12 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
     async def models():
         return {"object": "list", "data": [
             {"id": m.name, "object": "model", "created": created, "owned_by": "nemotron",
-             "nemotron": {**m.identity, "format": m.format, "reasons": m.reasons,
+             "nemotron": {**m.identity, "format": m.format, "reasons": m.reasons, "sampling": m.sampling,
+                          "single_turn": m.single_turn,
                           "parameters": sum(p.numel() for p in m.model.parameters()),
                           "context": e.max_positions}} for m, e in served]}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=CHAT_BODY)
     async def chat_completions(raw: Request):
         body = await _json(raw)
         model, engine = pick(body)
@@ -314,7 +358,7 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
             return reply.stream(lambda: submit(engine, [request]), _include_usage(body))
         return reply.whole([await asyncio.wrap_future(f) for f in submit(engine, [request])])
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=COMPLETION_BODY)
     async def completions(raw: Request):
         body = await _json(raw)
         model, engine = pick(body)

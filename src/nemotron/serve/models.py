@@ -33,6 +33,13 @@ from nemotron.artifact import read_metadata
 from nemotron.errors import NemotronError
 
 FORMATS = ("nano2", "nano3", "jinja", "completion")  # how a chat becomes a prompt; completion: no chat
+# The one default sampling of a served model, used by the API (a request that names no temperature / top_p),
+# the terminal chat and the page (read from /v1/models): greedy. The small models the recipes make give
+# sense greedily and noise at temperature 1, so the same question gets the same answer everywhere.
+DEFAULT_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
+# Formats whose recipe trains on one user turn per conversation: nano3's SFT and RL stages (a question, its
+# reasoning and answer). Chatted with one turn at a time by default, since earlier turns only confuse them.
+SINGLE_TURN_FORMATS = ("nano3",)
 
 
 @dataclass
@@ -47,6 +54,16 @@ class ServedModel:
     def reasons(self) -> bool:
         """True when the model writes a reasoning trace before its answer (nano3)."""
         return self.format == "nano3"
+
+    @property
+    def sampling(self) -> dict:
+        """This model's default sampling settings (`DEFAULT_SAMPLING`)."""
+        return dict(DEFAULT_SAMPLING)
+
+    @property
+    def single_turn(self) -> bool:
+        """True when the model was trained on single-turn conversations (`SINGLE_TURN_FORMATS`)."""
+        return self.format in SINGLE_TURN_FORMATS
 
     @property
     def stop_token_ids(self) -> list[int]:
