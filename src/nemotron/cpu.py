@@ -25,7 +25,15 @@ from __future__ import annotations
 import os
 import sys
 
-# The environment the default ("share") policy sets, each only if the user has set no wait policy.
+# The environment the default ("share") policy sets, only if the user has set no wait policy. Passive:
+# a waiting thread sleeps at once (libgomp's spin count 0). Measured (benchmarks/bench_shared_cpu.py, nano2
+# tiny stage 0, 20 steps, 2 cores shared with other helpers' tests at load average 5-9, noisy; 2026-11-28):
+#   policy                 alone    two at once / alone   beside a busy core / alone
+#   spin (libgomp default) 63.7 s         1.66x                  0.75x (load fell)
+#   PASSIVE                14.4 s         2.17x                  1.64x
+#   GOMP_SPINCOUNT=10000   20.2 s         2.43x                  2.27x
+# On that loaded machine passive was 4.4x faster than spin even "alone"; its cost on an idle machine (a
+# futex wake per parallel op instead of a spin) is not measured yet: re-run the benchmark on an idle one.
 POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 POLICIES = ("share", "spin")
