@@ -32,8 +32,10 @@ import sys
 #   spin (libgomp default) 63.7 s         1.66x                  0.75x (load fell)
 #   PASSIVE                14.4 s         2.17x                  1.64x
 #   GOMP_SPINCOUNT=10000   20.2 s         2.43x                  2.27x
-# On that loaded machine passive was 4.4x faster than spin even "alone"; its cost on an idle machine (a
-# futex wake per parallel op instead of a spin) is not measured yet: re-run the benchmark on an idle one.
+# Repeated (spin vs PASSIVE): load 4-8: alone 45.1 vs 11.9 s, two 2.74x vs 2.19x, busy 1.88x vs 1.89x;
+# load 2-5: alone 30.8 vs 16.1 s, two 1.91x vs 1.35x, busy 1.66x vs 1.12x. On a loaded machine passive is
+# 2-4x faster than spin even "alone"; its cost on an idle machine (a futex wake per parallel op instead of
+# a spin) is not measured yet (no idle machine was available): re-run the benchmark on an idle one.
 POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
 WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 POLICIES = ("share", "spin")

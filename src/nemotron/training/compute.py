@@ -39,8 +39,10 @@ a multiple. Measured with benchmarks/bench_shared_cpu.py (nano2 tiny stage 0, 20
 2-core machine shared with other helpers' test runs, 1-minute load average 5-9 throughout, so noisy;
 2026-11-28): libgomp's spin (NEMOTRON_CPU_POLICY=spin) 63.7 s alone, passive 14.4 s alone (4.4x faster on
 the busy machine); passive two at once 2.17x one alone, beside a pinned busy loop 1.64x (goal 2.5x);
-GOMP_SPINCOUNT=10000 lies between (20.2 s alone, 2.43x, 2.27x). The idle-machine speed of passive vs spin
-is not yet measured (no idle machine was available); see the benchmark to re-measure it.
+GOMP_SPINCOUNT=10000 lies between (20.2 s alone, 2.43x, 2.27x). Two more runs (spin vs passive): at load
+4-8, alone 45.1 vs 11.9 s, two/alone 2.74x vs 2.19x, busy/alone 1.88x vs 1.89x; at load 2-5 (the lowest
+seen; the load includes the benchmark's own previous runs), alone 30.8 vs 16.1 s, two/alone 1.91x vs 1.35x,
+busy/alone 1.66x vs 1.12x. The idle-machine (load < 1) speed of passive vs spin is not yet measured.
 """
 
 from __future__ import annotations
