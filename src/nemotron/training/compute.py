@@ -32,7 +32,17 @@ intra-op threads, but that is not guaranteed in general (a different thread coun
 reduction differently), so keep the thread count fixed when comparing runs. `seed_everything` also
 flushes denormal floats to zero (`torch.set_flush_denormal(True)`): tiny values that appear as a model
 fits its data can make x86 float math many times slower, and flushing is itself deterministic.
-Throughput: see `torch_threads` for the measured thread policy.
+Throughput: see `torch_threads` for the measured thread policy. How those threads wait between ops
+is set before torch loads, by `nemotron/cpu.py` (imported with the package): they sleep at a barrier
+(OMP_WAIT_POLICY=PASSIVE) instead of spinning, so a step beside other work costs its share of the CPU, not
+a multiple. Measured with benchmarks/bench_shared_cpu.py (nano2 tiny stage 0, 20 steps, whole process;
+2-core machine shared with other helpers' test runs, 1-minute load average 5-9 throughout, so noisy;
+2026-11-28): libgomp's spin (NEMOTRON_CPU_POLICY=spin) 63.7 s alone, passive 14.4 s alone (4.4x faster on
+the busy machine); passive two at once 2.17x one alone, beside a pinned busy loop 1.64x (goal 2.5x);
+GOMP_SPINCOUNT=10000 lies between (20.2 s alone, 2.43x, 2.27x). Two more runs (spin vs passive): at load
+4-8, alone 45.1 vs 11.9 s, two/alone 2.74x vs 2.19x, busy/alone 1.88x vs 1.89x; at load 2-5 (the lowest
+seen; the load includes the benchmark's own previous runs), alone 30.8 vs 16.1 s, two/alone 1.91x vs 1.35x,
+busy/alone 1.66x vs 1.12x. The idle-machine (load < 1) speed of passive vs spin is not yet measured.
 """
 
 from __future__ import annotations
@@ -264,8 +274,8 @@ def torch_threads(num_threads: int | None = None, processes_here: int | None = N
     this machine (torchrun's LOCAL_WORLD_SIZE), at least one. Measured on an idle 2-core machine
     (benchmarks/bench_compute_policy.py, nano2 tiny stage-0 step): 1 process x 2 threads trains 1.5x
     faster than 1 x 1, and 2 processes x 1 thread (DDP) is no faster than 1 x 2, so one process using
-    every core is the default layout. On a machine busy with other work fewer threads can be faster
-    (OpenMP threads spin-wait for descheduled siblings): pass `--num-threads 1` there. Results are
+    every core is the default layout. Beside other work the threads no longer spin-wait for descheduled
+    siblings (nemotron/cpu.py sleeps them, see the module docstring), so the layout stays. Results are
     bitwise reproducible for a fixed thread count; a different count may round reductions differently.
     """
     if num_threads is not None:

@@ -1,0 +1,55 @@
+"""How a process's torch threads wait on a CPU shared with other work; set before torch loads OpenMP.
+
+torch's CPU kernels run on OpenMP threads (GNU libgomp in the Linux wheels: see
+`torch.__config__.parallel_info()`). Between two parallel ops each thread waits at a barrier, and libgomp's
+default wait is to spin (GOMP_SPINCOUNT, 300,000 polls, ~0.1-1 ms) before it sleeps. Alone on idle
+cores that costs nothing. Beside other work it costs a multiple: a thread spins on a core the other job
+needs while the sibling it waits for is descheduled, at every one of the thousands of ops of a step
+(issue 39, measured on a 2-core machine: two tiny nano3 RL evaluations at once took 3.79x one alone, and
+two tiny runs beside each other 10-20x their idle time a step).
+
+`apply_cpu_policy()` (run by `nemotron/__init__.py`, so before any step imports torch; a child process
+inherits the environment) sets the wait policy that `benchmarks/bench_shared_cpu.py` measured best; see
+`POLICY` for the choice and the numbers. It changes nothing a user chose:
+- any OpenMP wait setting already in the environment (OMP_WAIT_POLICY, GOMP_SPINCOUNT) is kept;
+- NEMOTRON_CPU_POLICY=spin restores libgomp's default (the previous behaviour; the benchmark's baseline);
+- the thread count stays `nemotron.training.compute.torch_threads` (`--num-threads`, OMP_NUM_THREADS).
+libgomp reads its environment once, when torch is first imported: in a process that imported torch
+before nemotron (a notebook, the test suite) the call sets the variables for child processes only.
+
+This module imports nothing but the standard library: data steps import it and must not load torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# The environment the default ("share") policy sets, only if the user has set no wait policy. Passive:
+# a waiting thread sleeps at once (libgomp's spin count 0). Measured (benchmarks/bench_shared_cpu.py, nano2
+# tiny stage 0, 20 steps, 2 cores shared with other helpers' tests at load average 5-9, noisy; 2026-11-28):
+#   policy                 alone    two at once / alone   beside a busy core / alone
+#   spin (libgomp default) 63.7 s         1.66x                  0.75x (load fell)
+#   PASSIVE                14.4 s         2.17x                  1.64x
+#   GOMP_SPINCOUNT=10000   20.2 s         2.43x                  2.27x
+# Repeated (spin vs PASSIVE): load 4-8: alone 45.1 vs 11.9 s, two 2.74x vs 2.19x, busy 1.88x vs 1.89x;
+# load 2-5: alone 30.8 vs 16.1 s, two 1.91x vs 1.35x, busy 1.66x vs 1.12x. On a loaded machine passive is
+# 2-4x faster than spin even "alone"; its cost on an idle machine (a futex wake per parallel op instead of
+# a spin) is not measured yet (no idle machine was available): re-run the benchmark on an idle one.
+POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
+WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+POLICIES = ("share", "spin")
+
+
+def apply_cpu_policy(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Set the default OpenMP wait policy in `environ` (os.environ) unless the user chose one; the
+    variables it set (empty when it set none)."""
+    environ = os.environ if environ is None else environ
+    policy = environ.get("NEMOTRON_CPU_POLICY", "share")
+    if policy not in POLICIES:
+        sys.exit(f"error: NEMOTRON_CPU_POLICY={policy!r} is not one of {', '.join(POLICIES)}; "
+                 "unset it for the default (share) or set spin for libgomp's own spin-waiting")
+    if policy == "spin" or any(name in environ for name in WAIT_SETTINGS):
+        return {}
+    environ.update(POLICY)
+    return dict(POLICY)
