@@ -25,7 +25,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("model", type=Path,
                         help="checkpoint artifact folder (e.g. runs/nano2/stage2_alignment/training)")
     parser.add_argument("text", help="the text to trace (e.g. an answer the model gave)")
-    parser.add_argument("--min-tokens", type=int, default=DEFAULT_MIN_TOKENS, help="shortest span reported")
+    parser.add_argument("--min-tokens", type=int, default=None,
+                        help=f"shortest span reported (default {DEFAULT_MIN_TOKENS}; for a text shorter than that, "
+                             "all its tokens but one, as the report card marks a short copied answer)")
     parser.add_argument("--max-sources", type=int, default=3, help="occurrences named per span")
     parser.add_argument("--index-dir", type=Path, default=None,
                         help="where indexes live (default $NEMOTRON_TRACE_INDEX_DIR, else .trace-index/ beside "
@@ -33,6 +35,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         tracer = Tracer(args.model, args.index_dir)
+        if args.min_tokens is None:  # a short answer ("I am not yet.") is traced whole, less its last token
+            whole = len(tracer.tokenize(args.text)[0])
+            args.min_tokens = max(2, min(DEFAULT_MIN_TOKENS, whole - 1))
         spans = tracer.find_spans(args.text, min_tokens=args.min_tokens, max_sources=args.max_sources)
     except NemotronError as error:
         print(f"error: {error}", file=sys.stderr)
