@@ -35,9 +35,10 @@ def time_steps(scale: str, compiled: bool, steps: int, batch: int, pattern: str 
     import torch
     import torch.nn.functional as F
 
+    from nemotron.cpu import torch_threads
     from nemotron.models.nano2 import build_config, build_model
-    from nemotron.training.compute import seed_everything, torch_threads
     from nemotron.training.optim import build_optimizer
+    from nemotron.training.run import seed_everything
 
     seed_everything(0)
     torch.set_num_threads(torch_threads())

@@ -4,7 +4,7 @@ Runs the real stage-0 training step (`nemotron.recipes.nano2.stage0_pretrain.tra
 steps on a small curated dataset, for every layout that fits this machine's cores (1 process x 1
 thread, 1 x N threads, N processes x 1 thread under torchrun, ...), on the tiny and the small model,
 and prints tokens/s side by side with the ratio to 1 x 1 measured in the same run. The default rule
-(`nemotron.training.compute.torch_threads`: one process using every allowed core) was chosen from this
+(`nemotron.cpu.torch_threads`: one process using every allowed core) was chosen from this
 table; re-run it to re-derive the rule on another machine.
 
     python benchmarks/bench_compute_policy.py                 # tiny and small, 20 steps each
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nemotron.training.compute import allowed_cores
+from nemotron.cpu import allowed_cores
 
 STAGE = "nemotron.recipes.nano2.stage0_pretrain"
 

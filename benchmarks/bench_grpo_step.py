@@ -24,12 +24,12 @@ from pathlib import Path
 
 import torch
 
+from nemotron.cpu import torch_threads
 from nemotron.data_prep.chat.nano3 import render_nano3, tokenize_nano3_prompt
 from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer, train_tokenizer
 from nemotron.data_prep.verifiable import addition_problems, reward, score
 from nemotron.models import nano3
 from nemotron.models.loading import quiet_cuda_kernel_notes
-from nemotron.training.compute import torch_threads
 from nemotron.training.grpo import group_advantages, policy_loss, sample_groups, sampled_logprobs
 from nemotron.training.optim import build_optimizer
 

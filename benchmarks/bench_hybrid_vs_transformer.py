@@ -34,10 +34,11 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from nemotron.cpu import torch_threads
 from nemotron.models.nano2 import SCALES, build_config, build_model, count_parameters
 from nemotron.recipes.nano2.artifacts import PretrainDataset
-from nemotron.training.compute import seed_everything, torch_threads
 from nemotron.training.optim import build_optimizer
+from nemotron.training.run import seed_everything
 from nemotron.training.windows import TokenWindows, windows_loss
 
 SEQ_LEN, BATCH, LR, WARMUP = 256, 8, 3e-3, 30

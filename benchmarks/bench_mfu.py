@@ -10,7 +10,7 @@ On whatever device it runs (CPU threads, or one CUDA GPU):
    the step switches it on where it builds the model), the loss of `nemotron.training.losses.CausalLMLoss` (the output
    head and cross-entropy a block of tokens at a time), the step's AdamW and schedule
    (`nemotron.training.optim.adamw_with_schedule`, stage 0's defaults), gradient clipping; bf16
-   autocast on a GPU; the process's malloc policy (`nemotron.training.compute.keep_freed_memory`,
+   autocast on a GPU; the process's malloc policy (`nemotron.training.memory.keep_freed_memory`,
    process-wide, so the baseline runs under it too; `--malloc default` leaves glibc's defaults).
 3. the baseline, timed in the same run, round by round in turn with the recipe: the model as
    transformers builds it (`NemotronHForCausalLM(config)`), torch's default `torch.optim.AdamW`, the
@@ -55,13 +55,16 @@ import torch.nn.functional as F
 from transformers import NemotronHForCausalLM
 from transformers.utils import logging as hf_logging
 
+from nemotron.cpu import torch_threads
+from nemotron.models.device import pick_device
 from nemotron.models.flops import training_flops
 from nemotron.models.mamba2 import use_training_scan
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.stage0_pretrain import training
-from nemotron.training.compute import keep_freed_memory, pick_device, seed_everything, torch_threads
 from nemotron.training.losses import CausalLMLoss
+from nemotron.training.memory import keep_freed_memory
 from nemotron.training.optim import adamw_with_schedule
+from nemotron.training.run import seed_everything
 
 VOCAB = {"tiny": 4096, "small": 8192, "medium": 32768}
 MATMUL_SIZE = {"cpu": 2048, "cuda": 8192}

@@ -25,9 +25,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+from nemotron.cpu import torch_threads
 from nemotron.models import nano3
 from nemotron.models.loading import quiet_cuda_kernel_notes
-from nemotron.training.compute import torch_threads
 from nemotron.training.moe import ExpertBalance
 from nemotron.training.optim import build_optimizer
 

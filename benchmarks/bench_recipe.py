@@ -1,7 +1,7 @@
 """The whole tiny recipe's wall time, step by step: the default compute policy against one thread.
 
 Runs `python -m nemotron.recipes.nano2 --scale tiny` twice into fresh folders, in this order:
-1. the default policy (`nemotron.training.compute.torch_threads`: every core this process may use);
+1. the default policy (`nemotron.cpu.torch_threads`: every core this process may use);
 2. the old rule, one torch thread in every training and evaluation step (`--num-threads 1`);
 and prints each step's seconds (from the orchestrator's `[done] <step> in Ns` lines), the whole
 command's wall time, and the ratio one-thread / default. The issue-13 target: at most 160 s for the

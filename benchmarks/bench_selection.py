@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from nemotron.cpu import torch_threads
 from nemotron.data_prep.chat.nano3 import NANO3_CHAT_TEMPLATE, render_nano3
 from nemotron.data_prep.chat.records import record_to_nano3, tokenize_nano3_record
 from nemotron.data_prep.packing import PackingConfig, pack_conversations
@@ -56,7 +57,6 @@ from nemotron.models.loading import quiet_cuda_kernel_notes
 from nemotron.models.reference import SMOLLM2, random_reference_model
 from nemotron.recipes.post_training_data import normalize, pools, score
 from nemotron.recipes.post_training_data.artifacts import CandidatePools, ScoredSelection
-from nemotron.training.compute import torch_threads
 from nemotron.training.moe import ExpertBalance
 from nemotron.training.optim import build_optimizer
 

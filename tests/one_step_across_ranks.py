@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from nemotron.data_prep.packing import PackedRow
 from nemotron.models import nano2, nano3
-from nemotron.training.compute import cleanup, setup_distributed
+from nemotron.training.distributed import cleanup, setup_distributed
 from nemotron.training.dpo import dpo_backward
 from nemotron.training.grpo import group_advantages, policy_loss, sampled_logprobs
 from nemotron.training.losses import CausalLMLoss

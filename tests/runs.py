@@ -7,7 +7,7 @@ most once. The runs start in the background as soon as collection ends (`start_r
 conftest.py for the recipes the selected tests need), one after another, on one core and at a lower CPU
 priority (`nice`), so they use the cycles the rest of the suite leaves idle (most tests keep one core
 busy, not two); their tests run last (conftest.py's order) and wait for them. One core, because the
-steps take their torch threads from the cores they may use (`compute.allowed_cores`): one thread never
+steps take their torch threads from the cores they may use (`nemotron.cpu.allowed_cores`): one thread never
 waits for a descheduled sibling, where two threads of a niced process spin at every barrier (measured:
 the nano2 run took 10.5 min beside the suite with two threads, against 1.5 min alone). So the runs are
 the user's command as `taskset -c N` would run it: the same steps and claims, rounded as one thread

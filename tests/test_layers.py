@@ -4,12 +4,12 @@
     chat/                     the terminal chat (on the server's engine)
     evaluation/               metrics and harnesses
     sdg/                      synthetic data: endpoint client, strategies, judge, cost (a client of serve, over HTTP)
-    training/                 the training run, losses, samplers, compute setup
+    training/                 the training run, losses, samplers, processes and collectives, memory check
     serve/                    the model server: engine, chat formats of checkpoints, HTTP API, page
     trace/                    spans of a text found in a model's training data (below serve: its page calls it)
-    models/                   model configs, loading, "fits this model" checks
+    models/                   model configs, loading, "fits this model" checks, the device a model runs on
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
-    artifact/ trackers cli    the contract every step keeps (and atomic writes, errors, the CPU wait policy)
+    artifact/ trackers cli    the contract every step keeps (and atomic writes, errors, CPU threads: count, wait)
 
 Checked two ways: every `import` statement in the source (module level or inside a function) against
 the layer order, and each data-curation step imported in a fresh interpreter, which must not load

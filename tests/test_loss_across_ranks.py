@@ -4,7 +4,7 @@
 function on a fixed global batch, once as one process and once as two under torchrun (Gloo), with
 shares whose token counts differ between the ranks. The gradients DDP averaged, and every weight after
 AdamW, must equal the one-process run's up to float rounding. A per-rank token mean (GRPO's before it
-used `compute.sum_over_ranks`) weighs the tokens of the rank with fewer of them more, and fails here.
+used `distributed.sum_over_ranks`) weighs the tokens of the rank with fewer of them more, and fails here.
 """
 
 from __future__ import annotations

@@ -32,11 +32,11 @@ from nemotron.cli import run
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.errors import NemotronError
+from nemotron.models.device import device_name, pick_device
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.recipes.nano2.stage0_pretrain import data_curation
 from nemotron.recipes.nano2.stage0_pretrain.evaluation import heldout_loss_of_model_dir
 from nemotron.recipes.nano2.stage0_pretrain.training import Config, main
-from nemotron.training.compute import device_name, pick_device
 from nemotron.training.metrics import read_metrics
 
 STEP = "nemotron.recipes.nano2.stage0_pretrain.training"

@@ -1,10 +1,8 @@
 """The shared training library: optimizer groups and schedule, checkpoints and exact resume,
-token windows, metrics log, and the distributed setup (one process and two under torchrun)."""
+token windows and the metrics log (the distributed setup: tests/test_distributed.py)."""
 
 import json
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -17,9 +15,9 @@ from nemotron.data_prep.indexed import IndexedWriter
 from nemotron.errors import NemotronError
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from nemotron.training.compute import all_reduce_mean, seed_everything, setup_distributed
 from nemotron.training.metrics import MetricsLog, read_metrics
 from nemotron.training.optim import WarmupStableDecay, build_optimizer, lr_schedule, wsd_decay_steps
+from nemotron.training.run import seed_everything
 from nemotron.training.samplers import EpochSampler
 from nemotron.training.windows import TokenWindows
 
@@ -302,82 +300,3 @@ def test_metrics_log_writes_jsonl_forwards_to_the_tracker_and_resumes_without_du
     for step in (3, 4):
         resumed.log(step, {"loss": 5.0 - step, "lr": 0.1})
     assert [record["step"] for record in read_metrics(path)] == [1, 2, 3, 4]
-
-
-# ---- distributed ---------------------------------------------------------------------------------
-
-
-def test_plain_python_is_a_single_process_without_a_group(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
-    info = setup_distributed()
-    assert (info.rank, info.world_size, info.is_main, info.device.type) == (0, 1, True, "cpu")
-    assert torch.equal(all_reduce_mean(torch.tensor([2.0, 4.0])), torch.tensor([2.0, 4.0]))
-
-
-WORKER = """
-from pathlib import Path
-import torch
-from nemotron.training.compute import all_reduce_mean, cleanup, setup_distributed
-info = setup_distributed()
-mean = all_reduce_mean(torch.tensor([float(info.rank), 10.0]))
-# One file per rank: two processes printing to one pipe can interleave their lines.
-line = f"{info.rank} {info.world_size} {info.is_main} {mean[0].item()} {mean[1].item()}"
-(Path(__file__).parent / f"rank{info.rank}.txt").write_text(line)
-cleanup()
-"""
-
-
-@pytest.mark.slow
-def test_two_processes_under_torchrun_average_with_gloo(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = [(tmp_path / f"rank{rank}.txt").read_text() for rank in (0, 1)]
-    assert lines == ["0 2 True 0.5 10.0", "1 2 False 0.5 10.0"]
-
-
-# The end of a DDP run, many times over: a step's backward pass, then cleanup() of its group, then
-# the step returns and frees the DDP wrapper, the model and the group at once. With cleanup() as a
-# plain barrier + destroy, Gloo's worker thread and the main thread deadlocked here in every run we
-# made (of 200 rounds); cleanup() keeps the final barrier's Work so the worker never frees it.
-LEAVE_WORKER = """
-import sys
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-from nemotron.training.compute import cleanup, setup_distributed
-
-def train_and_leave(group):
-    model = torch.nn.Linear(4, 4)
-    ddp = DistributedDataParallel(model, process_group=group)
-    ddp(torch.randn(2, 4)).sum().backward()
-    cleanup(group)
-
-info = setup_distributed()
-for _ in range(int(sys.argv[1])):
-    train_and_leave(dist.new_group(backend="gloo"))
-print(f"rank {info.rank} left {sys.argv[1]} groups", file=sys.stderr)
-cleanup()
-"""
-
-
-@pytest.mark.slow
-def test_leaving_a_ddp_process_group_never_deadlocks(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(LEAVE_WORKER)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(script), "200"]
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        _, stderr = job.communicate(timeout=300)  # ~20 s when nothing hangs
-    except subprocess.TimeoutExpired:
-        job.terminate()  # torchrun stops its workers on SIGTERM (SIGKILL would leave them running)
-        job.communicate(timeout=120)
-        pytest.fail("the two workers hung while leaving their process groups (stopped after 300 s)")
-    assert job.returncode == 0, stderr[-2000:]
-    assert "rank 0 left 200 groups" in stderr and "rank 1 left 200 groups" in stderr

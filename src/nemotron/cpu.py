@@ -1,4 +1,9 @@
-"""How a process's torch threads wait on a CPU shared with other work; set before torch loads OpenMP.
+"""How a process's torch threads use the CPU: how many there are, and how they wait on a CPU shared with other work.
+
+- `allowed_cores()`, `torch_threads(num_threads)`: the cores this process may use, and its intra-op thread
+  count (its share of them); `evaluation_threads(...)`: the same rule for a block of evaluation code;
+- `env_int(name)`: an integer environment variable (torchrun's LOCAL_WORLD_SIZE, RANK, ...), or one clear error;
+- `apply_cpu_policy()`: how the threads wait, set before torch loads OpenMP (below).
 
 torch's CPU kernels run on OpenMP threads (GNU libgomp in the Linux wheels: see
 `torch.__config__.parallel_info()`). Between two parallel ops each thread waits at a barrier, and libgomp's
@@ -13,17 +18,22 @@ inherits the environment) sets the wait policy that `benchmarks/bench_shared_cpu
 `POLICY` for the choice and the numbers. It changes nothing a user chose:
 - any OpenMP wait setting already in the environment (OMP_WAIT_POLICY, GOMP_SPINCOUNT) is kept;
 - NEMOTRON_CPU_POLICY=spin restores libgomp's default (the previous behaviour; the benchmark's baseline);
-- the thread count stays `nemotron.training.compute.torch_threads` (`--num-threads`, OMP_NUM_THREADS).
+- the thread count stays `torch_threads` (`--num-threads`, OMP_NUM_THREADS).
 libgomp reads its environment once, when torch is first imported: in a process that imported torch
 before nemotron (a notebook, the test suite) the call sets the variables for child processes only.
 
-This module imports nothing but the standard library: data steps import it and must not load torch.
+This module imports nothing but the standard library (`evaluation_threads` imports torch when called): data
+steps import it and must not load torch.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from nemotron.errors import NemotronError
 
 # The environment the default ("share") policy sets, only if the user has set no wait policy. Passive:
 # a waiting thread sleeps at once (libgomp's spin count 0). Measured (benchmarks/bench_shared_cpu.py, nano2
@@ -53,3 +63,67 @@ def apply_cpu_policy(environ: dict[str, str] | None = None) -> dict[str, str]:
         return {}
     environ.update(POLICY)
     return dict(POLICY)
+
+
+def allowed_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota if one is set.
+
+    Not `os.cpu_count()`: in a container or under `taskset` the host's count overstates what the
+    process gets, and threads beyond it only wait for each other.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def torch_threads(num_threads: int | None = None, processes_here: int | None = None) -> int:
+    """The torch intra-op thread count of a process: `num_threads` if given, else its share of the cores.
+
+    The rule: the cores this process may use (`allowed_cores`) split evenly between the processes on
+    this machine (torchrun's LOCAL_WORLD_SIZE), at least one. Measured on an idle 2-core machine
+    (benchmarks/bench_compute_policy.py, nano2 tiny stage-0 step): 1 process x 2 threads trains 1.5x
+    faster than 1 x 1, and 2 processes x 1 thread (DDP) is no faster than 1 x 2, so one process using
+    every core is the default layout. Beside other work the threads no longer spin-wait for descheduled
+    siblings (`apply_cpu_policy` sleeps them), so the layout stays. Results are bitwise reproducible for a
+    fixed thread count (measured for the tiny model with 1 and 2 threads too, but not guaranteed: another
+    count can split a reduction differently), so keep the count fixed when comparing runs.
+    """
+    if num_threads is not None:
+        if num_threads < 1:
+            raise NemotronError(f"num_threads={num_threads} must be at least 1; pass e.g. --num-threads 1")
+        return num_threads
+    processes = processes_here or env_int("LOCAL_WORLD_SIZE") or 1
+    return max(1, allowed_cores() // processes)
+
+
+@contextmanager
+def evaluation_threads(num_threads: int | None = None) -> Iterator[int]:
+    """Run the block with the thread count `torch_threads` chooses; the previous count is restored."""
+    import torch
+
+    previous = torch.get_num_threads()
+    chosen = torch_threads(num_threads)
+    torch.set_num_threads(chosen)
+    try:
+        yield chosen
+    finally:
+        torch.set_num_threads(previous)
+
+
+def env_int(name: str) -> int | None:
+    """The integer in environment variable `name`, None when it is unset or empty; anything else is refused."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise NemotronError(f"environment variable {name}={value!r} is not an integer; unset it or fix it") from None

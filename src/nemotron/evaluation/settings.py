@@ -24,7 +24,7 @@ class EvaluationSettings:
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `sftcheckpoint:latest` (the checkpoint's type, lower case)."""
     num_threads: int | None = execution(None)
-    """torch threads; default: the cores this process may use (nemotron.training.compute.torch_threads)."""
+    """torch threads; default: the cores this process may use (nemotron.cpu.torch_threads)."""
     output_dir: Path = Path("runs/evaluation")
     """Where the step writes its results artifact and its files (samples.json, lm-eval's results)."""
     scale: str = "tiny"

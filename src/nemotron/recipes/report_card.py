@@ -178,7 +178,7 @@ def steps_section(artifacts: list[dict[str, Any]], last: Path) -> list[str]:
     total wall time, and the lineage tree from `last` back to the raw sources."""
     md = ["", "## Steps", "",
           "What the machine did: wall time, and for training steps the throughput and the processes x torch",
-          "threads they ran with (`nemotron.training.compute.torch_threads`).", "",
+          "threads they ran with (`nemotron.cpu.torch_threads`).", "",
           "| step | wall time (s) | tokens/s | processes x threads | digest | settings |",
           "|---|---|---|---|---|---|"]
     for art in artifacts:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from nemotron import atomic
 from nemotron.errors import NemotronError
-from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
+from nemotron.training.distributed import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
 from nemotron.training.logprobs import completion_logprobs, pair_logprobs
 
 Logps = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one entry per pair
@@ -124,7 +124,7 @@ def dpo_backward(
     Both answers of every pair go through one forward, `[chosen of each pair..., rejected of each
     pair...]`, as TRL's `concatenated_forward`. The loss is the mean over the pairs of the global batch:
     each micro-batch's mean weighs its pairs x world size / the step's pairs on all ranks
-    (`compute.sum_over_ranks` shows why), which is 1/grad_accum_steps when every micro-batch holds as many.
+    (`distributed.sum_over_ranks` shows why), which is 1/grad_accum_steps when every micro-batch holds as many.
     """
     pairs_per_rank = sum_over_ranks(sum(len(ids) for ids in micro_batches)) / world_size()
     policy_logps, step_loss, step_tokens = [], torch.zeros(()), 0

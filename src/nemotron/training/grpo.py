@@ -18,7 +18,7 @@ The KL term keeps the policy near the SFT model; it uses the k3 estimator (Schul
 "Approximating KL divergence"): exp(ref - logp) - (ref - logp) - 1, non-negative and unbiased.
 Tokens are averaged over the whole batch (every completion token weighs the same, DAPO, arXiv:2503.14476),
 not per completion first, so long wrong answers are not under-penalised; and over the whole batch of
-every rank together: the sum is divided by the completion tokens of all ranks (`compute.sum_over_ranks`),
+every rank together: the sum is divided by the completion tokens of all ranks (`distributed.sum_over_ranks`),
 so two processes update the policy as one process does with the same completions (tested).
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from nemotron.errors import NemotronError
-from nemotron.training.compute import sum_over_ranks, world_size
+from nemotron.training.distributed import sum_over_ranks, world_size
 
 
 def check_group_size(batch_size: int, group_size: int, flag: str = "--completions-per-step") -> None:

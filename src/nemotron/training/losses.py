@@ -27,7 +27,7 @@ from torch import nn
 
 IGNORE_INDEX = -100  # the targets nobody predicts (F.cross_entropy's default ignore_index)
 # Logits per block: 4 M floats, 16 MB in fp32 (1,024 tokens of nano2 tiny's 4,096 words). A block must stay
-# under the 32 MB up to which `compute.keep_freed_memory` lets malloc keep a freed buffer: measured at tiny
+# under the 32 MB up to which `memory.keep_freed_memory` lets malloc keep a freed buffer: measured at tiny
 # (benchmarks/bench_mfu.py, three runs each), one 32 MB block of 2,048 tokens is mapped fresh from the kernel
 # every step and ran ~7% slower than two of 1,024; blocks of 512 were no faster than 1,024.
 BLOCK_LOGITS = 1 << 22

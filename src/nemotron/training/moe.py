@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from nemotron.models import nano3
-from nemotron.training.compute import all_reduce_mean, sum_over_ranks
+from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
 
 
 class ExpertBalance:

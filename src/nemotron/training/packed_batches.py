@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from nemotron.data_prep.packing import PackedRow
-from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
+from nemotron.training.distributed import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
 
 
 @dataclass
@@ -119,7 +119,7 @@ def sft_backward(forward, ddp, autocast, micro_batches: Sequence[SFTBatch], bala
 
     A per-token loss, as Megatron-Core's `calculate_per_token_loss`: every micro-batch's loss SUM is
     divided by the trained tokens of the whole step on all ranks, times the world size to undo DDP's
-    average (`compute.sum_over_ranks` shows the maths), not averaged per micro-batch. Every trained token
+    average (`distributed.sum_over_ranks` shows the maths), not averaged per micro-batch. Every trained token
     weighs the same, so accumulation and DDP give the one-big-batch gradient (tested); a per-micro-batch
     mean over-weights the tokens of micro-batches with few targets (the gradient-accumulation loss bug the
     HF Trainer fixed in v4.46, Oct 2024). `balance` (an `ExpertBalance`) adds the MoE load-balancing loss

@@ -39,6 +39,7 @@ ranks' stdout is muted, so a job prints one artifact), and every rank meets at t
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -53,24 +55,30 @@ from torch.nn.parallel import DistributedDataParallel
 from nemotron import atomic
 from nemotron.artifact import Artifact, mark_unfinished
 from nemotron.artifact.fields import part_of_the_run
+from nemotron.cpu import torch_threads
 from nemotron.errors import NemotronError
+from nemotron.models.device import autocast_dtype, device_name, to_device
 from nemotron.models.loading import mamba_kernels_note, quiet_cuda_kernel_notes
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from nemotron.training.compute import (
-    autocast_dtype,
-    barrier,
-    check_trainable_here,
-    cleanup,
-    device_name,
-    keep_freed_memory,
-    seed_everything,
-    setup_distributed,
-    to_device,
-    torch_threads,
-)
+from nemotron.training.distributed import barrier, cleanup, setup_distributed
+from nemotron.training.memory import check_trainable_here, keep_freed_memory
 from nemotron.training.metrics import MetricsLog, TrainingProgress
 
 A = TypeVar("A", bound=Artifact)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (every CUDA device too), and flush denormal floats to zero.
+
+    Tiny values that appear as a model fits its data can make x86 float math many times slower, and
+    flushing is itself deterministic. On the CPU the same seed, data order and thread count then give
+    bit-identical losses and weights (measured; `torch.use_deterministic_algorithms` is not needed for these
+    CPU kernels), so keep the thread count fixed when comparing runs (`nemotron.cpu.torch_threads`).
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_flush_denormal(True)
 
 # Smoothing of the logged loss: an exponential moving average with this decay, debiased like Adam's
 # moments (Kingma & Ba, 2015, section 3) so the first steps are not pulled towards zero.
@@ -155,7 +163,7 @@ class TrainingRun:
         return forward, ddp, autocast
 
     def to_device(self, batch: torch.Tensor) -> torch.Tensor:
-        """A batch on this process's device (through pinned memory on a GPU: `compute.to_device`)."""
+        """A batch on this process's device (through pinned memory on a GPU: `models.device.to_device`)."""
         return to_device(batch, self.device)
 
     def resume(self, model: nn.Module, optimizer, scheduler, data, tokenizer) -> LoopState:

@@ -16,14 +16,13 @@ from typing import Literal
 
 from nemotron.artifact.fields import bookkeeping, execution
 from nemotron.errors import NemotronError
+from nemotron.models.device import DeviceSettings
 
 
 @dataclass
-class TrainingSettings:
-    # device and precision are bookkeeping: the weights and AdamW state are fp32 on every device and
+class TrainingSettings(DeviceSettings):  # --device (nemotron.models.device)
+    # precision is bookkeeping, as --device is: the weights and AdamW state are fp32 on every device and
     # autocast only rounds the forward pass, so a run saved on a GPU in bf16 continues on a CPU in fp32.
-    device: Literal["auto", "cpu", "cuda"] = bookkeeping("auto")
-    """Where to train: auto is the GPU when CUDA is available (one per process under torchrun), else the CPU."""
     precision: Literal["auto", "fp32", "bf16"] = bookkeeping("auto")
     """bf16 autocast for forward passes (weights and optimizer stay fp32); auto: bf16 on a GPU, fp32 on a CPU.
     A checkpoint resumes on another device or precision (both only change rounding and speed)."""
@@ -43,7 +42,7 @@ class TrainingSettings:
     """How many checkpoints to keep; older ones are deleted."""
     num_threads: int | None = execution(None)
     """torch threads per process; default: the cores this process may use, split between the processes
-    of this machine (nemotron.training.compute.torch_threads)."""
+    of this machine (nemotron.cpu.torch_threads)."""
     engine: Literal["plain", "megatron-bridge"] | None = bookkeeping(None)
     """Who trains: `plain` is this step's own loop; `megatron-bridge` writes a Megatron-Bridge run folder
     for a GPU cluster instead (docs/run-a-recipe.md, "At scale"). Default: plain, megatron-bridge at full."""

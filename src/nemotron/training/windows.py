@@ -34,7 +34,8 @@ import torch.nn.functional as F
 
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.errors import NemotronError
-from nemotron.training.compute import all_reduce_mean, gradient_sync, sum_over_ranks, to_device, world_size
+from nemotron.models.device import to_device
+from nemotron.training.distributed import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
 
 
 class TokenWindows:
@@ -196,7 +197,7 @@ def pretraining_backward(
     ranks is the mean per target of the global batch).
 
     Each micro-batch's mean cross-entropy is weighted by its targets x world size / the step's targets
-    on all ranks (`compute.sum_over_ranks` says why): after DDP's average of gradients, every target of
+    on all ranks (`distributed.sum_over_ranks` says why): after DDP's average of gradients, every target of
     the global batch weighs the same. Windows all hold `seq_len` targets, so the weight is exactly
     1/grad_accum_steps; the counts keep it true for any batch. `balance` (an `ExpertBalance`, for a
     mixture of experts) adds coeff x the load-balancing loss of each forward pass (Switch Transformer;

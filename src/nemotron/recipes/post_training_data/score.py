@@ -106,7 +106,7 @@ def main(config: Config) -> ScoredSelection:
     scoring_seconds = 0.0
     if todo:
         from nemotron.models.reference import load_reference_model
-        from nemotron.training.compute import evaluation_threads
+        from nemotron.cpu import evaluation_threads
         from nemotron.training.logprobs import encode_pair, loglikelihood
 
         model, tokenizer = load_reference_model(config.reference_model)

@@ -91,11 +91,11 @@ class Config(LMEvalSettings):
 
 def main(config: Config) -> PretrainResults:
     # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
+    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.generation import greedy_samples
     from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, text_task
     from nemotron.evaluation.language_modeling import score_against_unigram
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import evaluation_threads
     from nemotron.training.windows import heldout_windows
 
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast

@@ -82,9 +82,10 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.mamba2 import use_training_scan
     from nemotron.models.nano2 import build_config, build_model, count_parameters, describe_pattern
-    from nemotron.training.compute import all_reduce_mean, check_trainable_here, sum_over_ranks
+    from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.losses import CausalLMLoss
     from nemotron.training.megatron_bridge import hand_off
+    from nemotron.training.memory import check_trainable_here
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.windows import pretraining_windows, windows_loss
@@ -133,7 +134,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
         micro_batches = windows.split(config.micro_batch_size)
         # Every target of the GLOBAL batch weighs the same: a micro-batch's mean loss is weighted by its targets
         # over the step's targets on all ranks x the world size, since DDP AVERAGES the ranks' gradients
-        # (compute.sum_over_ranks writes the algebra out). Windows all hold seq_len targets, so this is exactly
+        # (distributed.sum_over_ranks writes the algebra out). Windows all hold seq_len targets, so this is exactly
         # 1/grad_accum_steps here; counting keeps it right for any batch.
         targets_per_rank = sum_over_ranks(windows[:, 1:].numel()) / training.info.world_size
         step_loss = torch.zeros(())  # this rank's share of the step's mean loss, for the log

@@ -86,6 +86,7 @@ class Config(ChatEvaluationSettings):
 
 def main(config: Config) -> SFTResults:
     # --- setup: the SFT checkpoint, its dataset and its base model ---
+    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.chat import (
         answer_accuracy,
         answer_items,
@@ -99,7 +100,6 @@ def main(config: Config) -> SFTResults:
     from nemotron.evaluation.language_modeling import mean_nll, perplexity
     from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import evaluation_threads
 
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = SFTCheckpoint.load_input(config, "checkpoint")

@@ -97,7 +97,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
+    from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import hand_off
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.packed_batches import (

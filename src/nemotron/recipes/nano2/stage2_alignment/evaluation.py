@@ -78,6 +78,7 @@ class Config(ChatEvaluationSettings):
 
 def main(config: Config) -> DPOResults:
     # --- setup: the DPO checkpoint and everything it was made from ---
+    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.chat import answer_accuracy, answer_items, chat_samples, sample_questions
     from nemotron.evaluation.harness import (
         chat_choice_task,
@@ -87,7 +88,6 @@ def main(config: Config) -> DPOResults:
     )
     from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import evaluation_threads
     from nemotron.training.dpo import reward_metrics
     from nemotron.training.logprobs import pair_logprobs
 

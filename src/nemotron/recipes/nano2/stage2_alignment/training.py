@@ -101,7 +101,7 @@ def main(config: Config) -> DPOCheckpoint:
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import load_model
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.compute import barrier, sum_over_ranks
+    from nemotron.training.distributed import barrier, sum_over_ranks
     from nemotron.training.dpo import (
         check_dpo_settings,
         dpo_backward,

@@ -52,9 +52,9 @@ class Config(EvaluationSettings):
 
 
 def main(config: Config) -> Nano3PretrainResults:
+    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.language_modeling import score_against_unigram
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import evaluation_threads
     from nemotron.training.windows import heldout_windows
 
     # --- inputs: one MoE and one dense checkpoint of the same dataset ---

@@ -91,9 +91,10 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.models import nano3
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.compute import all_reduce_mean, check_trainable_here
+    from nemotron.training.distributed import all_reduce_mean
     from nemotron.training.losses import CausalLMLoss
     from nemotron.training.megatron_bridge import hand_off
+    from nemotron.training.memory import check_trainable_here
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun

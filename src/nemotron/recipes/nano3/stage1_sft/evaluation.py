@@ -54,12 +54,12 @@ class Config(EvaluationSettings):
 
 
 def main(config: Config) -> Nano3SFTResults:
+    from nemotron.cpu import evaluation_threads
     from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
     from nemotron.evaluation.lessons import changed_answers, lesson
     from nemotron.models.loading import load_model
-    from nemotron.training.compute import evaluation_threads
 
     # --- inputs: the SFT model, its dataset (the held-out problems) and its base ---
     sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")

@@ -75,7 +75,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
+    from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import FAMILIES, hand_off
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule, optimizer_step

@@ -101,7 +101,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     from nemotron.models import nano3
     from nemotron.models.loading import load_model
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.compute import all_reduce_mean, sum_over_ranks
+    from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule, optimizer_step
