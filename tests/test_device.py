@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -45,3 +49,29 @@ def test_the_mamba_note_names_the_implementation_and_what_is_missing():
     else:
         assert note == "Mamba-2: the mamba_ssm / causal_conv1d CUDA kernels"
 
+
+# Every step that runs a model takes --device (nemotron.models.device.DeviceSettings); on a machine without
+# CUDA, `--device cuda` is one error line and exit 2 before any model loads, never a silent CPU run.
+COMMANDS = {
+    "serve": ["nemotron.serve", "smollm2"],
+    "chat": ["nemotron.chat", "smollm2", "--prompt", "hello"],
+    "evaluation": ["nemotron.evaluation", "smollm2", "--limit", "2", "--output-dir", "{out}"],
+    "score": ["nemotron.recipes.post_training_data.score", "--pools-path", "{out}/pools", "--output-dir", "{out}"],
+    "embed_select": ["nemotron.recipes.post_training_data.embed_select", "--scored-path", "{out}/scored",
+                     "--output-dir", "{out}"],
+}
+
+
+@pytest.mark.slow  # a subprocess each (~3 s: the interpreter and torch)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("command", COMMANDS)
+def test_device_cuda_without_a_gpu_is_one_error_line_before_any_model_loads(command, tmp_path):
+    out = tmp_path / "out"
+    args = [arg.format(out=out) for arg in COMMANDS[command]]
+    run = subprocess.run([sys.executable, "-m", *args, "--device", "cuda"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.strip().splitlines() == [
+        "error: --device cuda, but torch sees no CUDA GPU here (torch.cuda.is_available() is False); "
+        "pass --device cpu or auto, or install a CUDA build of torch"]
+    assert not (out / "metadata.json").exists()

@@ -40,7 +40,7 @@ def runs(tmp_path_factory):
     checkpoint = make_pretrain_checkpoint(root / "nano2" / "stage0_pretrain" / "training")
     server = LocalServer([checkpoint.path])
     try:
-        in_process = evaluation(str(checkpoint.path), "--output-dir", str(root / "in_process"))
+        in_process = evaluation(str(checkpoint.path), "--device", "cpu", "--output-dir", str(root / "in_process"))
         through = evaluation("--through-server", server.root, "--output-dir", str(root / "through"))
     finally:
         server.stop()
@@ -69,6 +69,7 @@ def test_through_server_writes_the_same_artifact_naming_the_served_model(runs):
     (mine, _, _), (served, _, stderr), checkpoint = runs
     assert served["model"] == "nano2-stage0_pretrain"  # the served id, as /v1/models lists it
     assert served["inputs"] == mine["inputs"]  # the checkpoint and its digest: the same lineage
+    assert mine["config"]["device"] == "cpu"
     assert served["metrics"]["model"]["server"].startswith("http://127.0.0.1:")
     assert served["metrics"]["model"]["context"] == 1024
     assert list(served["metrics"]["benchmarks"]) == list(mine["metrics"]["benchmarks"]) == TASKS.split(",")

@@ -79,8 +79,9 @@ def test_nll_equals_lm_eval_loglikelihood(tmp_path, demo_pools, tiny_checkpoint)
 
 
 def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint, capsys):
-    first = run_score(tmp_path / "a", demo_pools, tiny_checkpoint)
-    chunks = first.metrics["chunks"]
+    first = run_score(tmp_path / "a", demo_pools, tiny_checkpoint, device="cpu")
+    chunks, device = first.metrics["chunks"], first.metrics["device"]
+    assert device == "cpu" and first.config["device"] == "cpu"
     assert re.search(rf"post_training/score/\w+: {chunks}/{chunks} items \| records {first.num_scored}, "
                      r"tokens [\d,]+ \([\d,]+/s\), too_long 0", capsys.readouterr().err)
     pool_ids = {r["id"] for f in pools.pool_files(demo_pools.pools_dir).values() for r in read_records(f)}
@@ -97,7 +98,7 @@ def test_selection_per_pool_and_resume(tmp_path, demo_pools, tiny_checkpoint, ca
     work = next((tmp_path / "a" / "work").iterdir())
     (work / "receipts" / "chunk_00001.json").unlink()
     (work / "chunk_00001.parquet").write_bytes(b"half")
-    again = run_score(tmp_path / "a", demo_pools, tiny_checkpoint)
+    again = run_score(tmp_path / "a", demo_pools, tiny_checkpoint, device="cpu")
     assert again.metrics["chunks_resumed"] == again.metrics["chunks"] - 1
     assert re.search(r"post_training/score/\w+: 1/1 items \| records 4,", capsys.readouterr().err)
     assert again.digest == first.digest
@@ -145,7 +146,9 @@ def test_minilm_embeddings_are_normalized_and_meaningful():
 def test_embed_select_keeps_a_diverse_subset(tmp_path, scored):
     from nemotron.recipes.post_training_data import embed_select
 
-    chosen = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path, target_size=5))
+    chosen = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path, target_size=5,
+                                                   device="cpu"))
+    assert chosen.metrics["device"] == "cpu"
     selected = read_records(chosen.selected_path)
     report = json.loads(chosen.report_path.read_text())
     assert len(selected) == chosen.num_selected == 5
@@ -156,7 +159,7 @@ def test_embed_select_keeps_a_diverse_subset(tmp_path, scored):
 
     assert len({behaviour_signature(r["messages"]) for r in selected}) >= 2
     again = embed_select.main(embed_select.Config(scored_path=scored.path, output_dir=tmp_path / "again",
-                                                  target_size=5))
+                                                  target_size=5, device="cpu"))
     assert again.digest == chosen.digest
 
 

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 import tyro
 
 from nemotron.errors import NemotronError
+from nemotron.models.device import DeviceSettings
 
 
 @dataclass
-class Config:
+class Config(DeviceSettings):  # --device (nemotron.models.device)
     """Chat with a checkpoint in the terminal. Default sampling: greedy (temperature 0, top_p 1), the same as
     the server's API and page (`nemotron.serve.models.DEFAULT_SAMPLING`). A model trained on single turns
     (nano3) is asked one turn at a time unless `--history` (or `/history on`)."""
@@ -189,13 +190,15 @@ class Chat:
 def main(config: Config) -> None:
     import torch
 
+    from nemotron.models.device import pick_device
     from nemotron.serve.engine import Engine
     from nemotron.serve.models import load_served, newest_chat_checkpoint
 
+    device = pick_device(config.device)
     torch.set_num_threads(config.num_threads)
     terminal = Terminal()
     spec = config.model or str(newest_chat_checkpoint(config.runs))
-    served = load_served(spec)
+    served = load_served(spec, device=device)
     engine = Engine(served.model, served.tokenizer, max_batch_size=1, stop_token_ids=served.stop_token_ids)
     chat = Chat(served, engine, config, terminal)
     kind = "plain completion (a base model)" if served.format == "completion" else f"{served.format} chat"

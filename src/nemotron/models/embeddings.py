@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,8 +48,8 @@ def check_finite(vectors: np.ndarray, start: int = 0) -> None:
                             "in this batch); the embedding model is broken, use another --embedding-model")
 
 
-def embed(texts: list[str], spec: str = MINILM, batch_size: int = 32) -> np.ndarray:
-    """L2-normalized mean-pooled embeddings (float32, one row per text)."""
+def embed(texts: list[str], spec: str = MINILM, batch_size: int = 32, device: Any = "cpu") -> np.ndarray:
+    """L2-normalized mean-pooled embeddings (float32, one row per text), computed on `device`."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -56,16 +57,16 @@ def embed(texts: list[str], spec: str = MINILM, batch_size: int = 32) -> np.ndar
     settings = folder / "sentence_bert_config.json"
     max_length = json.loads(settings.read_text()).get("max_seq_length", 256) if settings.is_file() else 256
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    model = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval()
+    model = AutoModel.from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval().to(device)
     rows = []
     with torch.inference_mode():
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True,
-                              max_length=max_length, return_tensors="pt")
+                              max_length=max_length, return_tensors="pt").to(device)
             hidden = model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             mean = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            vectors = torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+            vectors = torch.nn.functional.normalize(mean, p=2, dim=1).cpu().numpy()
             check_finite(vectors, start)
             rows.append(vectors)
     return np.concatenate(rows).astype(np.float32)

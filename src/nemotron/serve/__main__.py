@@ -4,6 +4,7 @@
     python -m nemotron.serve runs/nano2/stage2_alignment/training runs/nano3/stage2_rl/training --port 8011
     python -m nemotron.serve smollm2 --served-model-name smollm2-135m-instruct
     python -m nemotron.serve runs/nano2                                 # every stage of a run: base, SFT, DPO
+    python -m nemotron.serve smollm2 --device cuda                      # on the GPU (auto: when there is one)
 
 Each model gets its own engine (`nemotron.serve.engine`): requests to it join and leave its running batch
 between decode steps (`--batching continuous`; `static` is the old one-batch-at-a-time scheduling); each
@@ -23,10 +24,11 @@ from dataclasses import dataclass
 import tyro
 
 from nemotron.errors import NemotronError
+from nemotron.models.device import DeviceSettings
 
 
 @dataclass
-class Config:
+class Config(DeviceSettings):  # --device (nemotron.models.device)
     """Serve models behind an OpenAI-compatible HTTP API and a chat page on 127.0.0.1. A request that names no
     temperature / top_p gets the default sampling, greedy (temperature 0, top_p 1): the same as the terminal
     chat and the page (`nemotron.serve.models.DEFAULT_SAMPLING`)."""
@@ -57,10 +59,12 @@ def main(config: Config) -> None:
     import torch
     import uvicorn
 
+    from nemotron.models.device import device_name, pick_device
     from nemotron.serve.app import create_app
     from nemotron.serve.engine import Engine
     from nemotron.serve.models import expand_run, load_served
 
+    device = pick_device(config.device)  # a --device cuda without a GPU is refused before any model loads
     specs = [found for spec in config.models for found in expand_run(spec)]
     if config.served_model_name and len(specs) != 1:
         raise NemotronError(f"--served-model-name names one model, but {len(specs)} are served; "
@@ -70,7 +74,7 @@ def main(config: Config) -> None:
     started = time.perf_counter()
     served = []
     for spec in specs:
-        model = load_served(spec, config.served_model_name)
+        model = load_served(spec, config.served_model_name, device)
         if model.name in {m.name for m, _ in served}:
             raise NemotronError(f"two models are named {model.name!r}; serve them from two servers")
         served.append((model, Engine(model.model, model.tokenizer, max_batch_size=config.max_batch_size,
@@ -78,9 +82,9 @@ def main(config: Config) -> None:
                                      batching=config.batching)))
     app = create_app(served, seed=config.seed)
     names = ", ".join(f"{m.name} ({m.format})" for m, _ in served)
-    print(f"serve: {names} loaded in {time.perf_counter() - started:.1f}s; chat page at http://{config.host}:"
-          f"{config.port}/ , OpenAI-compatible API at http://{config.host}:{config.port}/v1", file=sys.stderr,
-          flush=True)
+    print(f"serve: {names} loaded on {device_name(device)} in {time.perf_counter() - started:.1f}s; chat page at "
+          f"http://{config.host}:{config.port}/ , OpenAI-compatible API at http://{config.host}:{config.port}/v1",
+          file=sys.stderr, flush=True)
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
 
 

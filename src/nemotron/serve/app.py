@@ -6,7 +6,7 @@
                                in the checkpoint's own chat format (`nemotron.serve.models`)
 - `POST /v1/completions`       raw prompts: a string, a list of token ids, or a list of either (one choice
                                per prompt, in order, its `index` the prompt's); base models serve only this
-- `GET  /health`               200 once loaded, with each engine's batch counters
+- `GET  /health`               200 once loaded, with each engine's batch counters and each model's device
 
 Both completion endpoints take `stream: true`: server-sent events, one `data: {chunk}` line per piece
 of text and `data: [DONE]` at the end, the format the `openai` client libraries parse;
@@ -320,7 +320,8 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "models": list(by_name), "engines": {m.name: dict(e.stats) for m, e in served}}
+        return {"status": "ok", "models": list(by_name), "engines": {m.name: dict(e.stats) for m, e in served},
+                "devices": {m.name: str(next(m.model.parameters()).device) for m, _ in served}}
 
     @app.get("/v1/models")
     async def models():

