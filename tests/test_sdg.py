@@ -161,7 +161,40 @@ def test_compute_bill_arithmetic():
     assert bill["rephrasers"]["moe-30B-A3B"]["bf16_weight_gb"] == 60
     assert cost.critical_batch_size(989e12, 3.35e12) == pytest.approx(295.2, abs=0.1)
     assert cost.effective_mfu(1e9, 100, 1e12) == pytest.approx(0.2)
+    assert cost.effective_mfu(3.2e9, 50_000, 989e12, devices=2) == pytest.approx(2 * 3.2e9 * 50_000 / (2 * 989e12))
     assert "moe-30B-A3B" in cost.format_bill(bill)
+
+
+# ------------------------------------------------------------------ the lab's scale: whole documents
+
+
+def test_the_whole_documents_preset_sets_the_labs_settings_and_a_flag_beside_it_wins():
+    from nemotron.cli import parse
+
+    default = parse(synthetic_data.main, [], synthetic_data.PRESETS)
+    assert (default.preset, default.max_seed_chars, default.endpoint.max_tokens) == (None, 1500, 256)
+    lab = parse(synthetic_data.main, ["--preset", "whole-documents", "--endpoint.model", "nemotron-3-nano"],
+                synthetic_data.PRESETS)
+    assert (lab.preset, lab.max_seed_chars, lab.endpoint.model) == ("whole-documents", None, "nemotron-3-nano")
+    assert (lab.endpoint.max_tokens, lab.endpoint.temperature) == (2048, 0.7)
+    assert lab.endpoint.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+    mine = parse(synthetic_data.main, ["--preset", "whole-documents", "--endpoint.max-tokens", "1024"],
+                 synthetic_data.PRESETS)
+    assert (mine.endpoint.max_tokens, mine.endpoint.temperature, mine.max_seed_chars) == (1024, 0.7, None)
+    # the whole document reaches the prompt (and the judge), not its first 1,500 characters
+    records, _ = load_seed("shakespeare", num_documents=40)
+    longest = max(records, key=lambda r: len(r["text"]))
+    assert len(longest["text"]) > 2 * 1500
+    [whole] = [m["content"] for m in render(BUILTIN["distill"], longest, lab.max_seed_chars) if m["role"] == "user"]
+    [cut] = [m["content"] for m in render(BUILTIN["distill"], longest, default.max_seed_chars) if m["role"] == "user"]
+    assert longest["text"] in whole and longest["text"] not in cut
+
+
+def test_a_negative_gpu_count_or_active_parameter_count_is_refused_before_any_request():
+    for bad in ({"num_gpus": -1}, {"active_params": 0.0}):
+        config = synthetic_data.Config(num_documents=2, endpoint=dead_endpoint(), **bad)
+        with pytest.raises(NemotronError, match="--num-gpus .* --active-params"):
+            synthetic_data.main(config)
 
 
 # ------------------------------------------------------------------ client refusals

@@ -54,7 +54,8 @@ class Server:
 
     def launch(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "nemotron.serve", *self.models, "--port", str(self.port), "--num-threads", "1"],
+            [sys.executable, "-m", "nemotron.serve", *self.models, "--port", str(self.port), "--num-threads", "1",
+             "--device", "cpu"],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
 
     def wait(self) -> None:
@@ -108,6 +109,12 @@ def server(tmp_path_factory, tiny):
     server.kill()
 
 
+def server_parameters(server: Server) -> int:
+    """The parameter count the server reports for the model (`GET /v1/models`, our `nemotron` fields)."""
+    [entry] = httpx.get(f"{server.url}/models", timeout=30).json()["data"]
+    return entry["nemotron"]["parameters"]
+
+
 def endpoint(server: Server, **kw) -> Endpoint:
     return Endpoint(**{"url": server.url, "model": MODEL, "max_tokens": 24, "timeout": 300, "max_retries": 2,
                        "retry_backoff": 0.2, "max_parallel_requests": 4, **kw})
@@ -151,7 +158,7 @@ def test_structured_output_validates_and_concurrent_requests_share_a_batch(serve
     for reply in replies:
         qa = DiverseQA.model_validate(reply.parsed)  # grammar-constrained: valid even from an untrained model
         assert len(qa.pairs) >= 3 and all(len(p.question) <= 12 for p in qa.pairs)
-    assert server.health()["engines"][MODEL]["max_batch"] >= 2
+    assert server.health()["engines"][MODEL]["max_batch"] >= 2 and server.health()["devices"] == {MODEL: "cpu"}
 
 
 def test_a_structured_answer_cut_short_is_counted_failed_never_written(server, tmp_path):
@@ -277,7 +284,7 @@ def _catch(call):
 def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tiny, tmp_path):
     from nemotron.artifact.lineage import lineage_lines
     from nemotron.data_prep.sources import read_jsonl
-    from nemotron.recipes.nano2.stage0_pretrain import data_curation, synthetic_quality
+    from nemotron.recipes.nano2.stage0_pretrain import data_curation, synthetic_data, synthetic_quality
 
     synthetic = data_curation.Synthetic(
         strategies=("wikipedia_rephrase", "diverse_qa"), weight=0.05, num_documents=2, max_seed_chars=300,
@@ -307,6 +314,10 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tiny, tmp_path):
     from nemotron.recipes.nano2.artifacts import SyntheticDataset
     made_data = SyntheticDataset.load(path=tmp_path / "curation" / "synthetic")
     assert made_data.metrics["throughput"]["concurrent"]["requests"] == 2
+    # our server reports its parameter count: the MFU over this machine's CPU peak, with no flag needed
+    throughput = made_data.metrics["throughput"]
+    assert (throughput["num_gpus"], throughput["peak_flops"]) == (0, synthetic_data.CPU_PEAK_FLOPS)
+    assert throughput["active_params"] == server_parameters(server) and throughput["effective_mfu_concurrent"] > 0
     bill = json.loads(made_data.bill_path.read_text())
     assert bill["strategies"]["total"]["tokens"] == made_data.metrics["tokens"] > 0
     assert bill["strategies"]["judge"]["prompt_tokens"] > 0  # judging is on the bill too
@@ -324,6 +335,26 @@ def test_end_to_end_rephrase_judge_score_blend_tokenize(server, tiny, tmp_path):
     # a re-run reuses the synthetic step (no new request) and gives the same digest
     again = data_curation.main(data_curation.Config(output_dir=tmp_path / "curation", synthetic=replace(synthetic)))
     assert again.digest == dataset.digest
+
+
+def test_the_mfu_of_any_server_comes_from_the_flags_with_ours_standing_in_for_it(server, tmp_path):
+    """As a vLLM server on GPUs would be measured: the active parameters, the GPUs and their peak from the flags
+    (ours reports a parameter count; the flag wins), the MFU from the measured tokens/s, on the bill as well."""
+    from nemotron.recipes.nano2.artifacts import SyntheticDataset
+    from nemotron.recipes.nano2.stage0_pretrain import synthetic_data
+
+    config = synthetic_data.Config(strategies=("distill",), num_documents=1, max_seed_chars=200, judge=False,
+                                   measure_requests=2, measure_max_tokens=8, endpoint=endpoint(server, max_tokens=8),
+                                   active_params=3.2e9, num_gpus=2, peak_flops=989e12, output_dir=tmp_path / "sdg")
+    made = synthetic_data.main(config)
+    measured = SyntheticDataset.load(path=made.path).metrics["throughput"]
+    assert (measured["active_params"], measured["num_gpus"], measured["peak_flops"]) == (3.2e9, 2, 989e12)
+    for name in ("sequential", "concurrent"):
+        tokens_per_second = measured[name]["total_tokens_per_second"]
+        assert tokens_per_second > 0
+        assert measured[f"effective_mfu_{name}"] == pytest.approx(2 * 3.2e9 * tokens_per_second / (2 * 989e12))
+    bill = json.loads(made.bill_path.read_text())
+    assert bill["measured"]["effective_mfu_concurrent"] == measured["effective_mfu_concurrent"]
 
 
 # ------------------------------------------------------------------ the server's default model

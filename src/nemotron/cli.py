@@ -6,8 +6,9 @@ A step file ends with
         run(main)
 
 which is `tyro.cli(Config)` (flags from the dataclass fields and their docstrings; the module
-docstring is the --help text), then `main(config)` while holding the lock of `config.output_dir`
-(one run per output folder: `nemotron.artifact.lock`), then `print_complete(...)` on stdout. The
+docstring is the --help text; `run(main, presets=...)` adds `--preset NAME`, see `parse_flags`), then
+`main(config)` while holding the lock of `config.output_dir` (one run per output folder:
+`nemotron.artifact.lock`), then `print_complete(...)` on stdout. The
 parsed Config is what the artifacts the step saves record as their `config` when the step gives none
 (`nemotron.artifact.provenance.set_step_config`).
 
@@ -54,20 +55,33 @@ def check_scale(config: Any) -> None:
             check_scale(value)
 
 
-def parse(main: Callable[[Any], Any], args: list[str] | None = None) -> Any:
+def parse(main: Callable[[Any], Any], args: list[str] | None = None, presets: dict[str, Any] | None = None) -> Any:
     """Build the step's Config from the command line (the type of main's first parameter)."""
     first = next(iter(inspect.signature(main).parameters))
     config_type = typing.get_type_hints(main)[first]
     doc = sys.modules[main.__module__].__doc__
-    return parse_flags(config_type, args, description=doc)
+    return parse_flags(config_type, args, description=doc, presets=presets)
 
 
-def parse_flags(config_type: type, args: list[str] | None = None, description: str | None = None) -> Any:
-    """`tyro.cli(config_type)`, with a bad flag reported as one `error:` line (exit 2), not tyro's box."""
+def parse_flags(config_type: type, args: list[str] | None = None, description: str | None = None,
+                presets: dict[str, Any] | None = None) -> Any:
+    """`tyro.cli(config_type)`, with a bad flag reported as one `error:` line (exit 2), not tyro's box.
+
+    `presets` ({name: a Config}): a step whose Config has a `preset` field starts from the named Config when
+    `--preset NAME` is given; every flag given beside it still wins (tyro's `default=`)."""
+    config = _tyro_cli(config_type, args, description)
+    name = getattr(config, "preset", None)
+    if presets and name is not None:
+        config = _tyro_cli(config_type, args, description, default=dataclasses.replace(presets[name], preset=name))
+    return config
+
+
+def _tyro_cli(config_type: type, args: list[str] | None, description: str | None, default: Any = None) -> Any:
     captured = io.StringIO()
+    defaults = {} if default is None else {"default": default}
     try:
         with contextlib.redirect_stderr(captured):
-            config = tyro.cli(config_type, args=args, description=description)
+            config = tyro.cli(config_type, args=args, description=description, **defaults)
     except SystemExit as e:
         if e.code not in (0, None):
             print(f"error: {usage_error(captured.getvalue())}", file=sys.stderr)
@@ -116,9 +130,10 @@ def usage_error(box: str) -> str:
 AT_END: list[Callable[[], None]] = []
 
 
-def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] | None = None) -> None:
+def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] | None = None,
+        presets: dict[str, Any] | None = None) -> None:
     try:
-        config = parse(main, args)
+        config = parse(main, args, presets)
         check_scale(config)
         if dataclasses.is_dataclass(config):
             set_step_config(json.loads(json.dumps(dataclasses.asdict(config), default=str)))

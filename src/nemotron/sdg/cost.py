@@ -10,7 +10,8 @@ peak, because a decode step reads every weight to produce one token per sequence
   8B and a 30B-A3B mixture of experts: 30B weights in memory, 3B active per token), FLOPs, GPU-hours
   at the stated MFU, bf16 weight memory (2 bytes per parameter, every expert included), and the
   projections to 10x / 100x / 1000x the documents (token counts scale with documents).
-- `effective_mfu(active_params, tokens_per_second, peak_flops)`: what a measured throughput means.
+- `effective_mfu(active_params, tokens_per_second, peak_flops, devices)`: what a measured throughput means, for
+  any server: 2 x active parameters x tokens/s over the peak of the devices it runs on (`devices` x `peak_flops`).
 - `critical_batch_size(peak_flops, memory_bandwidth, bytes_per_param)`: the decode batch at which a
   step stops being memory-bound. One decode step over a batch of B reads the weights once
   (bytes_per_param x N bytes) and does 2 x N x B FLOPs: arithmetic intensity 2B / bytes_per_param
@@ -50,8 +51,9 @@ def gpu_hours(total_flops: float, peak_flops: float, mfu: float) -> float:
     return total_flops / (peak_flops * mfu) / 3600.0
 
 
-def effective_mfu(active_params: float, tokens_per_second: float, peak_flops: float) -> float:
-    return flops(active_params, 1) * tokens_per_second / peak_flops
+def effective_mfu(active_params: float, tokens_per_second: float, peak_flops: float, devices: int = 1) -> float:
+    """The model FLOPs utilization of a measured throughput on `devices` devices of `peak_flops` each."""
+    return flops(active_params, 1) * tokens_per_second / (peak_flops * devices)
 
 
 def critical_batch_size(peak_flops: float, memory_bandwidth: float, bytes_per_param: float = BF16_BYTES) -> float:
@@ -61,8 +63,9 @@ def critical_batch_size(peak_flops: float, memory_bandwidth: float, bytes_per_pa
 
 def bill(tokens_by_strategy: dict[str, dict[str, int]], documents: int, *,
          rephrasers: tuple[Rephraser, ...] = (DENSE_8B, MOE_30B_A3B),
-         peak_flops: float = H100_BF16_FLOPS, mfu: float = SERVING_MFU) -> dict:
-    """The bill of this run's measured tokens ({strategy: {"prompt_tokens", "completion_tokens"}})."""
+         peak_flops: float = H100_BF16_FLOPS, mfu: float = SERVING_MFU, measured: dict | None = None) -> dict:
+    """The bill of this run's measured tokens ({strategy: {"prompt_tokens", "completion_tokens"}}); `measured`:
+    the MFU this run's endpoint reached (`SyntheticDataset.metrics["throughput"]`'s), beside the stated one."""
     rows = dict(tokens_by_strategy)
     rows["total"] = {key: sum(t[key] for t in tokens_by_strategy.values())
                      for key in ("prompt_tokens", "completion_tokens")}
@@ -82,6 +85,8 @@ def bill(tokens_by_strategy: dict[str, dict[str, int]], documents: int, *,
                                                      for x in PROJECTIONS}}
         out["strategies"][name] = entry
     out["critical_batch_size_h100_bf16"] = critical_batch_size(H100_BF16_FLOPS, H100_BANDWIDTH)
+    if measured:
+        out["measured"] = measured
     return out
 
 
@@ -103,4 +108,9 @@ def format_bill(bill_: dict) -> str:
     memory = ", ".join(f"{n} {r['bf16_weight_gb']:.0f} GB" for n, r in bill_["rephrasers"].items())
     lines.append(f"bf16 weight memory: {memory}; decode critical batch size on H100 (bf16): "
                  f"{bill_['critical_batch_size_h100_bf16']:.0f}")
+    if "measured" in bill_:
+        m = bill_["measured"]
+        lines.append(f"measured on this endpoint: MFU {m['effective_mfu_concurrent']:.2%} concurrent, "
+                     f"{m['effective_mfu_sequential']:.2%} sequential (2 x {m['active_params']:.3g} active params x "
+                     f"tokens/s over {max(1, m['num_gpus'])} x {m['peak_flops']:.3g} FLOP/s)")
     return "\n".join(lines)

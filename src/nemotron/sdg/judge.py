@@ -38,7 +38,7 @@ class JudgeScores(BaseModel):
 SYSTEM = "You are a strict data-quality judge. Answer in the requested JSON format."
 
 
-def judge_messages(original: str, rephrased: str, max_chars: int) -> list[dict]:
+def judge_messages(original: str, rephrased: str, max_chars: int | None) -> list[dict]:
     rubric = "\n".join(f"- {name}: {scale}" for name, scale in RUBRIC.items())
     prompt = (f"Score the REWRITE of the ORIGINAL on each criterion from 1 to 5, with a short reason first.\n"
               f"{rubric}\n\nORIGINAL:\n{original[:max_chars]}\n\nREWRITE:\n{rephrased[:max_chars]}")

@@ -47,8 +47,8 @@ class Generated:
 
 class Rephraser:
     def __init__(self, client: Client, strategies: list[Strategy], records: list[dict[str, Any]], *,
-                 max_seed_chars: int = 1500, max_field_chars: int | None = None, max_list_items: int | None = None,
-                 where: str = "the seed data"):
+                 max_seed_chars: int | None = 1500, max_field_chars: int | None = None,
+                 max_list_items: int | None = None, where: str = "the seed data"):
         check_columns(strategies, records, where)  # before any request
         self.client, self.strategies, self.records, self.max_seed_chars = client, strategies, records, max_seed_chars
         self.max_field_chars, self.max_list_items = max_field_chars, max_list_items
@@ -126,7 +126,7 @@ def side_by_side(title: str, left: str, right: str, width: int = 60, max_lines: 
 
 
 def judge(client: Client, rows: list[dict[str, Any]], work_dir: Path, *,
-          max_chars: int = 1500, max_tokens: int = 160,
+          max_chars: int | None = 1500, max_tokens: int = 160,
           max_field_chars: int | None = None) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, int]]:
     """Rows with `judge_*` columns (None where the judge's answer stayed invalid), the failures, and
     the judge's own prompt and completion tokens (they belong on the bill too)."""

@@ -141,8 +141,8 @@ def check_columns(strategies: list[Strategy], records: list[dict[str, Any]], whe
                                     "fix the template or the seed data")
 
 
-def render(strategy: Strategy, record: dict[str, Any], max_chars: int) -> list[dict]:
-    """The chat messages of one request; the seed text is cut to `max_chars` (prompt length and cost)."""
+def render(strategy: Strategy, record: dict[str, Any], max_chars: int | None) -> list[dict]:
+    """The chat messages of one request; the seed text is cut to `max_chars` (prompt length and cost; None: whole)."""
     columns = {**record, "text": record["text"][:max_chars]}
     return [{"role": "system", "content": strategy.system},
             {"role": "user", "content": _ENV.from_string(strategy.template).render(**columns)}]

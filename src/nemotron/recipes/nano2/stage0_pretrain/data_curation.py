@@ -119,8 +119,8 @@ class Synthetic:
     """Share of the train split's documents that are rephrased records (0 < weight < 1)."""
     num_documents: int | None = None
     """Seed documents to rephrase; default per scale (synthetic_data.py: tiny 4)."""
-    max_seed_chars: int = 1500
-    """Each seed text is cut to this many characters in the prompt."""
+    max_seed_chars: int | None = 1500
+    """Each seed text is cut to this many characters in the prompt; None: the whole document."""
     max_field_chars: int = 300
     """Cap on every string of a structured answer (QA fields, judge reasons)."""
     max_list_items: int | None = None

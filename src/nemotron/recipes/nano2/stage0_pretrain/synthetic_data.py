@@ -15,8 +15,14 @@ hosted API at scale (`--endpoint.url`, `--endpoint.model`, `--endpoint.api-key-e
    scores each rephrase with a rubric as structured output; the throughput of the endpoint,
    sequential vs concurrent.
 3. finalize: synthetic.parquet (what the stage-0 blend reads), bill.json (tokens, FLOPs, GPU-hours,
-   memory, 10x-1000x projections; also printed as a table), and a `SyntheticDataset` whose lineage
-   names the seed files and the model.
+   memory, 10x-1000x projections, the MFU the endpoint reached; also printed as a table), and a
+   `SyntheticDataset` whose lineage names the seed files and the model.
+
+The MFU of the measurement is 2 x active parameters x tokens/s over the peak of the serving devices, for
+any server: `--active-params` (default: what our server reports), `--num-gpus` (0: a CPU server) and
+`--peak-flops` (per device). `--preset whole-documents` rephrases whole documents the way the lab does
+(answers up to 2,048 tokens at temperature 0.7, thinking off; `PRESETS`); src/nemotron/sdg/README.md
+gives the vLLM launch command it pairs with.
 
 Records whose structured answer stays invalid after the retries are counted (`failed_records`) and
 left out; a re-run asks for them again. An endpoint that stays unreachable stops the run with one
@@ -24,6 +30,8 @@ line naming the URL (what was written is kept).
 
     python -m nemotron.serve --port 8000 &
     python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_data --strategies wikipedia_rephrase diverse_qa
+    python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_data --preset whole-documents \\
+        --endpoint.url http://GPU_HOST:8000/v1 --endpoint.model nemotron-3-nano --active-params 3.2e9 --num-gpus 1
 """
 
 from __future__ import annotations
@@ -34,10 +42,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from nemotron import atomic
 from nemotron.artifact import ArtifactRef, apply_scale, mark_unfinished, source_ref
 from nemotron.cli import run
+from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import SyntheticDataset
 from nemotron.sdg import cost
 from nemotron.sdg.client import Client, Endpoint, measure_throughput
@@ -49,6 +59,7 @@ FULL_DOCUMENTS = 400  # seed documents at full scale: tiny 4, small 40 (a CPU se
 # Stated peak of the machine the local server runs on, for the effective MFU: 2 cores x 2.0 GHz x 32
 # fp32 FLOPs per cycle (two 8-wide AVX2 FMA units). Pass your own with --peak-flops.
 CPU_PEAK_FLOPS = 2 * 2.0e9 * 32
+MFU_KEYS = ("active_params", "num_gpus", "peak_flops", "effective_mfu_sequential", "effective_mfu_concurrent")
 
 
 @dataclass
@@ -63,8 +74,8 @@ class Config:
     """Seed documents to rephrase; default per scale (tiny 4, small 40, medium 120, full 400)."""
     template_dir: Path | None = None
     """A folder of <name>.jinja templates: extra free-text strategies over the seed columns."""
-    max_seed_chars: int = 1500
-    """Each seed text is cut to this many characters in the prompt (and for the judge)."""
+    max_seed_chars: int | None = 1500
+    """Each seed text is cut to this many characters in the prompt (and for the judge); None: the whole document."""
     endpoint: Endpoint = field(default_factory=Endpoint)
     """The rephrasing model's endpoint (URL, model, API key variable, max tokens, concurrency, retries)."""
     max_field_chars: int = 300
@@ -84,12 +95,23 @@ class Config:
     """Requests in the throughput measurement (sequential, then concurrent); 0 skips it."""
     measure_max_tokens: int = 16
     """Completion tokens per measurement request."""
-    peak_flops: float = CPU_PEAK_FLOPS
-    """Stated peak FLOP/s of the serving machine, for the effective MFU of the measurement."""
+    active_params: float | None = None
+    """Weights the served model uses per token, for the MFU of the measurement; default: the parameter count
+    our server reports (a dense model: all of them). Give it for any other server (Nemotron 3 Nano 30B-A3B:
+    3.2e9); without it and without a count from the server, no MFU is computed (and the run says so)."""
+    num_gpus: int = 0
+    """GPUs the endpoint's model runs on (vLLM's --tensor-parallel-size x --data-parallel-size); 0: a CPU server
+    (ours on this machine), whose peak is the whole machine's."""
+    peak_flops: float | None = None
+    """Stated peak FLOP/s of one serving device, for the MFU; default: an H100's dense bf16 989 TFLOP/s per GPU
+    with --num-gpus >= 1, this machine's CPU (CPU_PEAK_FLOPS) with 0."""
     bill_mfu: float = cost.SERVING_MFU
     """MFU assumed for the GPU-hours of the compute bill."""
     output_dir: Path = Path("runs/nano2/stage0_pretrain/synthetic_data")
     """Where the Parquet, the bill, the resumable request files and the artifact go."""
+    preset: Literal["whole-documents"] | None = None
+    """Start from a named set of the settings above (`PRESETS`); any flag given beside it still wins. Applied
+    when the command line is parsed; in Python start from `PRESETS[name]`."""
     scale: str = "tiny"
     """tiny | small | medium | full: sizes the number of seed documents."""
     seed: int = 0
@@ -99,6 +121,9 @@ class Config:
 def main(config: Config) -> SyntheticDataset:
     started = time.perf_counter()
     # --- setup: seed data, strategies (templates checked), the endpoint checked: all before any request ---
+    if config.num_gpus < 0 or (config.active_params is not None and config.active_params <= 0):
+        raise NemotronError(f"--num-gpus {config.num_gpus} must be 0 (a CPU server) or more, and --active-params "
+                            f"{config.active_params} a positive count of weights (e.g. 3.2e9)")
     num_documents = config.num_documents or apply_scale(FULL_DOCUMENTS, config.scale)
     extra = load_template_dir(config.template_dir) if config.template_dir else None
     strategies = select(config.strategies, extra)  # a misspelled name is the first and only line
@@ -130,7 +155,8 @@ def main(config: Config) -> SyntheticDataset:
     tokens = tokens_by_strategy(rows)
     if judge_tokens is not None:
         tokens["judge"] = judge_tokens  # judging is part of the cost of the data
-    bill = cost.bill(tokens, len(records), mfu=config.bill_mfu)
+    measured = {key: throughput[key] for key in MFU_KEYS if key in throughput} or None
+    bill = cost.bill(tokens, len(records), mfu=config.bill_mfu, measured=measured)
     atomic.write_text(out / "bill.json", _json(bill))
     print(cost.format_bill(bill), file=sys.stderr)
     failed = {"rephrase": len(generated.failed), "judge": len(judge_failed)}
@@ -182,13 +208,17 @@ def measure(client: Client, config: Config, served: dict) -> dict:
                                     max_tokens=config.measure_max_tokens)
     speedup = concurrent["total_tokens_per_second"] / sequential["total_tokens_per_second"]
     result = {"sequential": sequential, "concurrent": concurrent, "speedup_tokens_per_second": speedup}
-    params = (served.get("nemotron") or {}).get("parameters")
-    if params:  # our server reports its parameter count; a dense model: every parameter is active
-        result["active_params"] = params
-        result["peak_flops"] = config.peak_flops
+    # MFU for any server: the flags say what it runs on; our own server also reports its parameter count
+    params = config.active_params or (served.get("nemotron") or {}).get("parameters")
+    if params:
+        peak = config.peak_flops or (cost.H100_BF16_FLOPS if config.num_gpus else CPU_PEAK_FLOPS)
+        result |= {"active_params": params, "num_gpus": config.num_gpus, "peak_flops": peak}
         for name in ("sequential", "concurrent"):
             result[f"effective_mfu_{name}"] = cost.effective_mfu(params, result[name]["total_tokens_per_second"],
-                                                                 config.peak_flops)
+                                                                 peak, max(1, config.num_gpus))
+    else:
+        print(f"synthetic_data: no MFU: {config.endpoint.url} does not report its model's parameter count; pass "
+              "--active-params (and --num-gpus, --peak-flops) for it", file=sys.stderr)
     print(f"synthetic_data: throughput {n} requests: "
           f"sequential {sequential['decode_tokens_per_second']:.1f} decode tok/s, "
           f"{client.endpoint.max_parallel_requests} concurrent "
@@ -201,5 +231,17 @@ def _json(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
+# The lab's rephrasing at its own scale (src/nemotron/sdg/README.md, "At the lab's scale"): whole documents
+# (~2,000 tokens each), answers of up to 2,048 tokens at temperature 0.7 from a reasoning model with its
+# thinking switched off, 64 requests in flight. Strings of a structured answer may run to 1,000 characters
+# (a QA answer about a whole document), and a judgment has room for three such reasons.
+PRESETS = {
+    "whole-documents": Config(
+        max_seed_chars=None, max_field_chars=1000, judge_max_tokens=1024, measure_requests=64, measure_max_tokens=256,
+        endpoint=Endpoint(max_tokens=2048, temperature=0.7, max_parallel_requests=64,
+                          extra_body={"chat_template_kwargs": {"enable_thinking": False}})),
+}
+
+
 if __name__ == "__main__":
-    run(main)
+    run(main, presets=PRESETS)
