@@ -23,7 +23,8 @@
 #   score   post-training NLL scoring with --device cuda (the demo pools, the tiny reference model)
 #   serve   python -m nemotron.serve --device cuda: health, a grammar-constrained answer, concurrent throughput,
 #           and the synthetic-data step against it with its MFU from --num-gpus
-#   recipe  the whole small nano2 recipe, timed (goal: 300 s), stopped at its cap (each finished step's time kept)
+#   recipe  the whole small nano2 recipe, timed (goal: 300 s), stopped at its cap (RECIPE_CAP, 330 s; each finished
+#           step's time is kept): `BUDGET=590 RECIPE_CAP=580 bash scripts/gpu_check.sh recipe` times it alone
 # Written under $OUT (at most 8 files come back from the device tool): summary.txt (a line per part: status,
 # seconds, its figure), results.jsonl (each part's JSON), log.txt (all the output), env.txt (GPU, versions).
 
@@ -284,7 +285,7 @@ run_part() {  # run_part NAME CAP: part_NAME in a process group of its own, stop
     fi
 }
 
-declare -A CAPS=([nccl]=60 [fused]=120 [mfu]=240 [score]=90 [serve]=120 [recipe]=330)
+declare -A CAPS=([nccl]=60 [fused]=120 [mfu]=240 [score]=90 [serve]=120 [recipe]=${RECIPE_CAP:-330})
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(nccl fused mfu score serve recipe)
 for name in "${PARTS[@]}"; do
