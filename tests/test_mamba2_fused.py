@@ -57,6 +57,7 @@ def check_equal(seed: int, device: str) -> None:
             f"{where}: d/d{name} differs by {(a - b).abs().max().item():.3g} (largest {scale:.3g})"
 
 
+@pytest.mark.slow  # two compiles of the scan's forward and backward: ~1-2 minutes on two cores
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA GPU here: the scan compiles to Triton kernels only on one"))])
 def test_the_fused_scan_equals_the_reference_scan_values_and_every_gradient(device):
