@@ -7,7 +7,7 @@ symbolic sizes after the first), so the shapes run in one test, which names the 
 start at 2: torch.compile specializes a size of 1, and each one would cost a compile of its own (~30 s on
 two cores); the eager scan's own test (tests/test_mamba2.py) covers sizes of 1 against transformers.
 
-On a GPU the same test runs the scan on CUDA too (scripts/gpu_check.sh runs this file); on a CPU that
+On a GPU the same test runs the scan on CUDA too (a command for scripts/gpu_check.sh); on a CPU that
 case is skipped, saying why.
 """
 
