@@ -12,6 +12,8 @@ On whatever device it runs (CPU threads, or one CUDA GPU):
    (`nemotron.training.optim.adamw_with_schedule`, stage 0's defaults), gradient clipping; bf16
    autocast on a GPU; the process's malloc policy (`nemotron.training.memory.keep_freed_memory`,
    process-wide, so the baseline runs under it too; `--malloc default` leaves glibc's defaults).
+   `--compile on`: the model and loss compiled as the step's `--compile on` compiles them
+   (`nemotron.training.compilation.compile_forward`: CUDA graphs on a GPU), warmed up before timing.
 3. the baseline, timed in the same run, round by round in turn with the recipe: the model as
    transformers builds it (`NemotronHForCausalLM(config)`), torch's default `torch.optim.AdamW`, the
    plain loss over full logits (`F.cross_entropy(model(ids).logits, targets)`), in fp32.
@@ -31,6 +33,7 @@ with every figure (keys `mfu` and `speedup` among them) last.
 
     python benchmarks/bench_mfu.py                     # tiny on the CPU, 2 threads on a 2-core machine
     python benchmarks/bench_mfu.py --device cuda       # small on one GPU, bf16 autocast
+    python benchmarks/bench_mfu.py --device cuda --scale medium --compile on   # compiled, CUDA graphs
     python benchmarks/bench_mfu.py --quick             # seconds: tiny shapes, the same code path
 
 Batches are seeded random token ids over the vocabulary (`--dataset-path` reads a PretrainDataset's
@@ -61,6 +64,7 @@ from nemotron.models.flops import training_flops
 from nemotron.models.mamba2 import use_training_scan
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.stage0_pretrain import training
+from nemotron.training.compilation import compile_forward
 from nemotron.training.losses import CausalLMLoss
 from nemotron.training.memory import keep_freed_memory
 from nemotron.training.optim import adamw_with_schedule
@@ -88,11 +92,13 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def recipe_step(config, device: torch.device, steps: int):
-    """One training step as stage 0 takes it (see the module docstring, 2.)."""
+def recipe_step(config, device: torch.device, steps: int, compiled: bool = False):
+    """One training step as stage 0 takes it (see the module docstring, 2.); `compiled`: with `--compile on`."""
     settings = training.Config()
     model = use_training_scan(build_model(config, seed=0)).to(device).train()
     loss_of = CausalLMLoss(model)
+    if compiled:  # as TrainingRun.prepare compiles stage 0's loss module: fixed windows, one process
+        loss_of = compile_forward(loss_of, device.type, static_shapes=True, distributed=False)
     optimizer, scheduler = adamw_with_schedule(model, settings, steps)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
@@ -176,18 +182,22 @@ def side(name: str, args, connection) -> None:
     hf_logging.set_verbosity_error()  # the "falling back to the PyTorch implementation" notes
     try:
         device, _ = setup(args)
-        total = 2 + args.rounds * args.steps
-        step = SIDES[name](build_config(args.scale, VOCAB[args.scale]), device, total)
+        warmup = 3 if name == "recipe" and args.compile == "on" else 2  # compiling, recording CUDA graphs
+        total = warmup + args.rounds * args.steps
+        config = build_config(args.scale, VOCAB[args.scale])
+        step = recipe_step(config, device, total, args.compile == "on") if name == "recipe" else \
+            baseline_step(config, device, total)
         data = batches(args, VOCAB[args.scale], total, device)
-        for windows in data[:2]:  # warm-up: first-call allocations, lazy initialisation
+        for windows in data[:warmup]:  # warm-up: first-call allocations, lazy initialisation
             step(windows)
+        data = data[warmup:]  # the timed rounds'
     except Exception as error:  # e.g. a --dataset-path that is not a dataset: the parent says it in one line
         connection.send(str(error))
         return
     connection.send(None)  # built and warmed up
     while (round_ := connection.recv()) is not None:
-        connection.send(tokens_per_second(step, data[2 + round_ * args.steps: 2 + (round_ + 1) * args.steps], device))
-    connection.send(profile_table(step, data[2: 2 + args.steps], args.profile) if args.profile else "")
+        connection.send(tokens_per_second(step, data[round_ * args.steps: (round_ + 1) * args.steps], device))
+    connection.send(profile_table(step, data[:args.steps], args.profile) if args.profile else "")
 
 
 def main() -> None:
@@ -195,6 +205,8 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--scale", default=None, choices=sorted(VOCAB), help="default: tiny on a CPU, small on a GPU")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the step's policy)")
+    parser.add_argument("--compile", default="off", choices=["off", "on"],
+                        help="on: the recipe's model and loss compiled as --compile on trains them (baseline: eager)")
     parser.add_argument("--batch", type=int, default=8, help="windows per step (stage 0's micro-batch)")
     parser.add_argument("--seq-len", type=int, default=None, help="default: stage 0's at the scale")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per round and side")
@@ -244,7 +256,8 @@ def main() -> None:
     achieved = recipe * flops.per_token
     load = (load_before + os.getloadavg()[0]) / 2
     where = f"{torch.get_num_threads()} threads" if device.type == "cpu" else torch.cuda.get_device_name(device)
-    print(f"device {device.type} ({where}), nano2 {scale}, batch {args.batch} x {args.seq_len}, a process per side, "
+    print(f"device {device.type} ({where}), nano2 {scale}, batch {args.batch} x {args.seq_len}, "
+          f"recipe {'compiled' if args.compile == 'on' else 'eager'}, a process per side, "
           f"load average ~{load:.1f} on {os.cpu_count()} cores, malloc {malloc}")
     print(f"peak    {peak / 1e9:10,.1f} GFLOP/s  ({str(dtype).removeprefix('torch.')} matmul, measured here)")
     print(f"FLOPs   {flops.per_token / 1e6:10,.2f} M per token  (6 x {flops.matmul_weights / 1e6:.3f} M matmul "
@@ -261,7 +274,7 @@ def main() -> None:
         "attention_flops_per_token": flops.attention, "mamba_scan_flops_per_token": flops.mamba_scan,
         "recipe_tokens_per_second": recipe, "baseline_tokens_per_second": baseline, "achieved_flops": achieved,
         "mfu": achieved / peak, "baseline_mfu": baseline * flops.per_token / peak, "speedup": recipe / baseline,
-        "rounds": args.rounds, "steps_per_round": args.steps, "quick": args.quick,
+        "rounds": args.rounds, "steps_per_round": args.steps, "quick": args.quick, "compile": args.compile,
     }))
 
 

@@ -19,7 +19,7 @@
 #           it came from, on the group's device (collective_device); gloo with DEVICE=cpu
 #   fused   the fused Mamba-2 scan against the reference scan: tests/test_mamba2_fused.py, when that file exists
 #   mfu     benchmarks/bench_mfu.py --device cuda at small and medium (goal: 35% MFU at medium, bf16), and the
-#           compiled step at medium when the benchmark has --compile
+#           compiled step at medium (--compile on)
 #   score   post-training NLL scoring with --device cuda (the demo pools, the tiny reference model)
 #   serve   python -m nemotron.serve --device cuda: health, a grammar-constrained answer, concurrent throughput,
 #           and the synthetic-data step against it with its MFU from --num-gpus
@@ -133,29 +133,24 @@ EOF
 }
 
 part_fused() {
-    # ---- the fused Mamba-2 scan (another helper adds it, and tests/test_mamba2_fused.py): its equality test ----
-    if [ -f tests/test_mamba2_fused.py ]; then
-        "$PY" -m pytest -q -x -p no:cacheprovider tests/test_mamba2_fused.py
-    else
-        echo "tests/test_mamba2_fused.py is not in this tree: no fused scan to check"
-    fi
+    # ---- the fused Mamba-2 scan (models/mamba2.py) against the reference scan, and the compiled step on CUDA ----
+    "$PY" -m pytest -q -x -p no:cacheprovider tests/test_mamba2_fused.py \
+        tests/test_nano2_stage0_training.py -k "fused or compiled or gpu"
 }
 
 part_mfu() {
     local flags=(--device "$DEVICE" --rounds 3) scales=(small medium) figure="" scale runs=()
     if [ "$QUICK" = 1 ]; then flags+=(--quick); scales=(tiny); fi
     for scale in "${scales[@]}"; do runs+=("--scale $scale"); done
-    # the compiled step (another helper adds --compile to the benchmark): measured when the flag is there
-    if "$PY" benchmarks/bench_mfu.py --help 2>/dev/null | grep -q -- "--compile"; then
-        runs+=("--scale ${scales[-1]} --compile")
-    fi
+    # the compiled step (torch.compile of the model and loss; CUDA graphs on one GPU) at the largest scale
+    runs+=("--scale ${scales[-1]} --compile on")
     local run
     for run in "${runs[@]}"; do
         # shellcheck disable=SC2086  # $run is flags, split on purpose
         "$PY" benchmarks/bench_mfu.py "${flags[@]}" $run | tee "$WORK/mfu.out" || return 1
         tail -1 "$WORK/mfu.out" >> "$RESULTS"
         figure+=$("$PY" -c "import json, sys; d = json.loads(sys.argv[1]); print(f\"{d['scale']}{' compiled' \
-if d.get('compile') else ''} MFU {d['mfu']:.1%} ({d['recipe_tokens_per_second']:,.0f} tok/s, {d['speedup']:.2f}x); \", \
+if d.get('compile') == 'on' else ''} MFU {d['mfu']:.1%} ({d['recipe_tokens_per_second']:,.0f} tok/s, {d['speedup']:.2f}x); \", \
 end='')" "$(tail -1 "$WORK/mfu.out")")
     done
     echo "$figure" > "$WORK/mfu.figure"

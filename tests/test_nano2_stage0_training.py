@@ -344,3 +344,26 @@ def test_device_cuda_without_a_gpu_is_refused_before_any_work(dataset, tmp_path)
     with pytest.raises(NemotronError, match="--device cuda"):
         main(Config(dataset_path=dataset.path, output_dir=tmp_path / "cuda", device="cuda", **FEW))
     assert not (tmp_path / "cuda").exists()
+
+
+def test_compile_auto_at_tiny_trains_the_eager_run_bitwise(dataset, trained, tmp_path):
+    """tiny must not get slower: its steps are within the measured break-even, so auto trains eagerly."""
+    auto = main(Config(dataset_path=dataset.path, output_dir=tmp_path / "auto", compile="auto", **FEW))
+    assert auto.metrics["compiled"] is False and trained.metrics["compiled"] is False
+    assert _same_weights(auto.path / "model", trained.path / "model")
+
+
+@pytest.mark.slow
+def test_a_compiled_run_trains_the_eager_runs_losses_to_float_rounding(dataset, tmp_path):
+    """--compile on: the model and its loss under torch.compile give the eager step's numbers (one MLP layer:
+    compiling the Mamba-2 and attention layers on two cores takes minutes; tests/test_mamba2_fused.py
+    compiles the scan). fp32 on any device, so that on a GPU it checks the CUDA-graph replay to fp32 rounding."""
+    few = {**FEW, "steps": 3, "precision": "fp32", "model_overrides": ("hybrid_override_pattern=-",)}
+    runs = {on: main(Config(dataset_path=dataset.path, output_dir=tmp_path / str(on), compile=on, **few))
+            for on in (False, True)}
+    assert runs[True].metrics["compiled"] is True and runs[False].metrics["compiled"] is False
+    records = [read_metrics(runs[on].metrics_path) for on in (False, True)]
+    for eager, compiled in zip(*records, strict=True):
+        assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-5), compiled["step"]
+        assert compiled["grad_norm"] == pytest.approx(eager["grad_norm"], rel=1e-4), compiled["step"]
+    assert runs[True].validation_loss == pytest.approx(runs[False].validation_loss, rel=1e-5)

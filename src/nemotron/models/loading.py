@@ -10,7 +10,7 @@
 - `quiet_cuda_kernel_notes()`: on a machine without CUDA, drop transformers' notes that the Mamba CUDA
   kernels (mamba_ssm, causal_conv1d) are not installed: they cannot run on a CPU anyway.
 - `mamba_kernels_note(device_type)`: the log line naming which Mamba-2 implementation runs (CUDA kernels,
-  or the PyTorch reference scan and why).
+  or our compiled chunked scan, and why).
 - `check_fits(limits, largest_id=..., longest=..., where=..., fix=...)`: refuse token ids beyond the
   embedding table (they crash mid-step on a CPU and read garbage on a GPU) and sequences longer than
   the context, before any work, naming the data and the fix.
@@ -81,19 +81,17 @@ def quiet_cuda_kernel_notes() -> None:
 
 
 def mamba_kernels_note(device_type: str) -> str:
-    """One log line naming the Mamba-2 implementation a model on `device_type` runs: the mamba_ssm and
-    causal_conv1d CUDA kernels when both are installed and the model is on a GPU, else transformers'
-    PyTorch reference (the chunked scan of `mamba2_chunk_scan`: correct, slower, more memory); on a CPU,
-    the training steps run our chunked scan instead (each chooses it where it builds its model:
-    `nemotron.models.mamba2.use_training_scan`)."""
-    import importlib.util
+    """One log line naming the Mamba-2 implementation a training step on `device_type` runs (the choice is
+    `nemotron.models.mamba2.Mamba2TrainingMixer`'s, for models switched by `use_training_scan`): on a GPU
+    the mamba_ssm and causal_conv1d CUDA kernels when both import, else our compiled chunked scan; on a CPU
+    our chunked scan."""
+    from nemotron.models.mamba2 import MAMBA_SSM_KERNELS
 
-    missing = [name for name in ("mamba_ssm", "causal_conv1d") if importlib.util.find_spec(name) is None]
-    if device_type == "cuda" and not missing:
+    if device_type == "cuda" and MAMBA_SSM_KERNELS:
         return "Mamba-2: the mamba_ssm / causal_conv1d CUDA kernels"
     if device_type == "cuda":
-        return (f"Mamba-2: {' and '.join(missing)} not installed, so the PyTorch reference scan runs on the GPU "
-                "(slower; pip install mamba-ssm causal-conv1d for the CUDA kernels)")
+        return ("Mamba-2: mamba_ssm and causal_conv1d not installed, so the compiled chunked SSD scan of "
+                "nemotron.models.mamba2 runs on the GPU (pip install mamba-ssm causal-conv1d for the CUDA kernels)")
     return "Mamba-2: the chunked SSD scan of nemotron.models.mamba2 in training (the CUDA kernels need a GPU)"
 
 

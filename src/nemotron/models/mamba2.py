@@ -1,4 +1,4 @@
-"""Mamba-2's training forward on a CPU: the SSD chunked scan, written for few, large kernels.
+"""Mamba-2's training forward: the SSD chunked scan, written for few, large kernels, and its compiled form.
 
 A Mamba-2 layer (Dao & Gu, 2024, "Transformers are SSMs", arXiv:2405.21060) maps each head's input
 sequence x_t (head_dim p wide) through a selective state space with a scalar decay per head and step:
@@ -28,20 +28,44 @@ tests/test_mamba2.py compares outputs and gradients on seeded random inputs of s
 Measured (nano2 tiny's mixer, 8 x 256 tokens, forward + backward, 1 thread, one profiler run on a loaded
 2-core machine): 5.25 s transformers' vs 3.11 s ours over 3 passes each, 1.69x.
 
-`Mamba2TrainingMixer` is transformers' `NemotronHMamba2Mixer` with a forward that runs this scan when
-it can (on a CPU, without a cache or a padding mask: training and its validation loss) and
-transformers' own forward otherwise (CUDA keeps
-the mamba_ssm kernels; generation keeps its cache). Its parameters are the same objects under the same
-names, so a saved model is a plain `NemotronHForCausalLM` folder. `use_training_scan(model)` switches
-every Mamba-2 layer of a model to it; each training step calls it in sight, where it builds its model.
+`fused_chunked_scan` is `ssd_chunked_scan` compiled (torch.compile, inductor): the same sum, with the
+elementwise work between the products (the decay matrices' differences, masks and exps, the scaling of
+B, C and dt x, and their gradients) fused into a few generated kernels instead of one kernel per
+operation, and what the backward pass needs recomputed from the inputs rather than stored. On a GPU,
+where the eager scan is dozens of small kernel launches per layer, that is what keeps the GPU busy.
+`ssd_chunked_scan` stays its specification: tests/test_mamba2_fused.py checks values and every gradient
+against it on seeded random shapes.
+
+`Mamba2TrainingMixer` is transformers' `NemotronHMamba2Mixer` with a forward that, in training (no cache,
+no padding mask; also its validation loss), runs:
+- on a GPU with the `mamba_ssm` and `causal_conv1d` kernels importable (`MAMBA_SSM_KERNELS`: an import
+  check, never a dependency; `pip install mamba-ssm causal-conv1d`): transformers' forward, which calls
+  mamba_ssm's fused Triton kernel for the convolution, the scan, the gated norm and the output projection;
+- on a GPU without them: our convolution and `fused_chunked_scan`;
+- on a CPU: our convolution and `ssd_chunked_scan`, eager (`--compile` compiles the whole model, this
+  scan with it; without it a run's numbers stay those of this eager code, digest for digest);
+- anything else (other devices, generation with its cache, padded batches): transformers' own forward.
+Its parameters are the same objects under the same names, so a saved model is a plain `NemotronHForCausalLM`
+folder. `use_training_scan(model)` switches every Mamba-2 layer of a model to it; each training step calls
+it in sight, where it builds its model.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+
+try:  # optional CUDA kernels; transformers' module (imported above) has tried to import them already
+    import causal_conv1d  # noqa: F401
+    import mamba_ssm  # noqa: F401
+
+    MAMBA_SSM_KERNELS = True
+except Exception:  # not installed (never on a CPU-only machine), or built for another torch / CUDA
+    MAMBA_SSM_KERNELS = False
 
 
 def decay_matrix(cum: torch.Tensor) -> torch.Tensor:
@@ -129,11 +153,32 @@ def ssd_chunked_scan(
     return y[:, :time]
 
 
+@functools.cache
+def compiled_scan():
+    """`ssd_chunked_scan` under torch.compile, built on first use (importing the compiler takes seconds).
+    fullgraph: one graph, or an error (never a silent fall-back to eager); dynamic=None: compiled for the
+    first shapes, and once more with symbolic sizes when they change (SFT rows, DPO pairs)."""
+    return torch.compile(ssd_chunked_scan, fullgraph=True)
+
+
+def fused_chunked_scan(
+    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, chunk_size: int,
+) -> torch.Tensor:
+    """`ssd_chunked_scan(x, dt, A, B, C, chunk_size)`, compiled into fused kernels (module docstring): the same
+    arguments and result, equal to float rounding. Inside a model that is being compiled already (`--compile`)
+    it is the plain scan, which that model's graph takes in and fuses with the layers around it."""
+    if torch.compiler.is_compiling():
+        return ssd_chunked_scan(x, dt, A, B, C, chunk_size)
+    return compiled_scan()(x, dt, A, B, C, chunk_size)
+
+
 class Mamba2TrainingMixer(NemotronHMamba2Mixer):
-    """`NemotronHMamba2Mixer` whose forward takes `ssd_chunked_scan` when it applies (module docstring)."""
+    """`NemotronHMamba2Mixer` whose training forward is ours where it applies (module docstring)."""
 
     def forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
-        if hidden_states.device.type != "cpu" or cache_params is not None or attention_mask is not None:
+        device = hidden_states.device.type
+        if (device not in ("cpu", "cuda") or (device == "cuda" and MAMBA_SSM_KERNELS)
+                or cache_params is not None or attention_mask is not None):
             return super().forward(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
         batch, time, _ = hidden_states.shape
         heads, p, groups, n = self.num_heads, self.head_dim, self.n_groups, self.ssm_state_size
@@ -142,8 +187,9 @@ class Mamba2TrainingMixer(NemotronHMamba2Mixer):
         x, B, C = xBC.split([self.intermediate_size, groups * n, groups * n], dim=-1)
         dt = F.softplus(dt + self.dt_bias).clamp(*self.time_step_limit)
         x = x.reshape(batch, time, heads, p)
-        y = ssd_chunked_scan(x, dt, -torch.exp(self.A_log.float()), B.reshape(batch, time, groups, n),
-                             C.reshape(batch, time, groups, n), self.chunk_size)
+        scan = fused_chunked_scan if device == "cuda" else ssd_chunked_scan
+        y = scan(x, dt, -torch.exp(self.A_log.float()), B.reshape(batch, time, groups, n),
+                 C.reshape(batch, time, groups, n), self.chunk_size)
         y = (y + self.D[:, None] * x.float()).reshape(batch, time, -1)
         return self.out_proj(self.norm(y, gate).to(hidden_states.dtype))
 
@@ -152,8 +198,8 @@ def use_training_scan(model: nn.Module) -> nn.Module:
     """Switch every `NemotronHMamba2Mixer` of `model` to `Mamba2TrainingMixer`, in place; returns `model`.
 
     Only the class of each mixer changes (its forward); the parameters stay the same objects under the same
-    names, so the optimizer, checkpoints and the saved folder are those of the plain model. On a GPU, or with
-    a cache (generation), the switched mixer runs transformers' forward as before."""
+    names, so the optimizer, checkpoints and the saved folder are those of the plain model. With a cache
+    (generation), or on a GPU with the mamba_ssm kernels, the switched mixer runs transformers' forward."""
     for module in model.modules():
         if type(module) is NemotronHMamba2Mixer:
             module.__class__ = Mamba2TrainingMixer

@@ -60,6 +60,7 @@ from nemotron.errors import NemotronError
 from nemotron.models.device import autocast_dtype, device_name, to_device
 from nemotron.models.loading import mamba_kernels_note, quiet_cuda_kernel_notes
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from nemotron.training.compilation import choose, compile_forward
 from nemotron.training.distributed import barrier, cleanup, setup_distributed
 from nemotron.training.memory import check_trainable_here, keep_freed_memory
 from nemotron.training.metrics import MetricsLog, TrainingProgress
@@ -123,6 +124,7 @@ class TrainingRun:
         self._progress: TrainingProgress | None = None
         self._resumed_from, self._loop_started, self._loop_tokens = 0, 0.0, 0
         self._compute_note = ""
+        self._compiled = False
 
     @property
     def is_main(self) -> bool:
@@ -143,22 +145,26 @@ class TrainingRun:
         check_trainable_here(self.config.scale, parameters, self.info.world_size)
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
 
-    def prepare(self, model: nn.Module) -> tuple[nn.Module, DistributedDataParallel | None, Any]:
+    def prepare(
+        self, model: nn.Module, *, static_shapes: bool = False,
+    ) -> tuple[nn.Module, DistributedDataParallel | None, Any]:
         """Put `model` on this process's device in training mode, as the step built it (nothing is swapped).
-        Returns (what to call for the forward pass: `model`, its DDP wrapper under torchrun, compiled with
-        `--compile`; the DDP wrapper or None, for `no_sync`; the autocast context of `--precision` on this
-        device: bf16, or a no-op for fp32)."""
+        Returns (what to call for the forward pass: `model`, its DDP wrapper under torchrun, compiled when
+        `--compile` says so (`nemotron.training.compilation`; `static_shapes`: every call has the same shapes,
+        as pretraining's windows, which lets a GPU replay it as CUDA graphs); the DDP wrapper or None, for
+        `no_sync`; the autocast context of `--precision` on this device: bf16, or a no-op for fp32)."""
         model.to(self.device).train()
         dtype = autocast_dtype(self.config.precision, self.device)
+        choice = choose(self.config.compile, self.device.type, self.config.scale, torch.get_num_threads(), self.steps)
         # said once `resume` has accepted the output folder, so a refused run prints only its error
         kernels = mamba_kernels_note(self.device.type)
-        self._compute_note = f"on {self.device}, {dtype or torch.float32} forward; {kernels}"
+        self._compute_note = f"on {self.device}, {dtype or torch.float32} forward, {choice.why}; {kernels}"
         ddp = DistributedDataParallel(model) if self.info.is_distributed else None
         forward = ddp or model
-        if self.config.compile:
-            # dynamic=None: compile for the first shape seen, then once more with dynamic shapes if
-            # lengths vary (packed SFT rows, DPO pairs), instead of recompiling for every length.
-            forward = torch.compile(forward)
+        if choice.compile:
+            forward = compile_forward(forward, self.device.type, static_shapes=static_shapes,
+                                      distributed=self.info.is_distributed)
+        self._compiled = choice.compile
         autocast = torch.autocast(self.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
         return forward, ddp, autocast
 
@@ -259,6 +265,7 @@ class TrainingRun:
                     "world_size": self.info.world_size,
                     "device": device_name(self.info.device),
                     "num_threads": torch.get_num_threads(),
+                    "compiled": self._compiled,
                     "wall_seconds": time.perf_counter() - self.started,
                 },
                 **fields,

@@ -12,11 +12,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+from tyro.constructors import PrimitiveConstructorSpec
 
 from nemotron.artifact.fields import bookkeeping, execution
 from nemotron.errors import NemotronError
 from nemotron.models.device import DeviceSettings
+
+# `--compile` alone or `--compile on|off|auto` on the command line; saved as True / False / "auto", so that a
+# run without the flag saves `"compile": false` as before and keeps its digest.
+COMPILE_WORDS = {"on": True, "off": False, "auto": "auto"}
+CompileSetting = Annotated[bool | Literal["auto"], PrimitiveConstructorSpec(
+    nargs=(0, 1), metavar="{on,off,auto}", choices=tuple(COMPILE_WORDS),
+    instance_from_str=lambda words: COMPILE_WORDS[words[0]] if words else True,
+    is_instance=lambda value: value in (True, False, "auto"),
+    str_from_instance=lambda value: ["auto" if value == "auto" else "on" if value else "off"])]
 
 
 @dataclass
@@ -31,9 +42,10 @@ class TrainingSettings(DeviceSettings):  # --device (nemotron.models.device)
     linear decay over the last --decay-fraction of the steps; nemotron.training.optim)."""
     decay_fraction: float = 0.2
     """With --schedule wsd: the share of the steps over which the rate decays to lr x min_lr_ratio."""
-    compile: bool = False
-    """torch.compile the model (inductor) before training. Off by default: at tiny, compiling takes
-    longer than it saves within the run (benchmarks/bench_compile.py prints the break-even step)."""
+    compile: CompileSetting = False
+    """torch.compile the forward pass (the model, and in pretraining the loss with it): on, off, or auto: on
+    when the run's steps exceed the measured break-even of this device, scale and thread count (compile
+    time included; nemotron.training.compilation). Off by default: at tiny, compiling costs more than it saves."""
     eval_every: int = bookkeeping(20)
     """Measure the validation loss every this many steps (and at the last step)."""
     checkpoint_every: int = bookkeeping(20)

@@ -22,6 +22,8 @@ Supports:
   states a block of tokens at a time (nemotron.training.losses), never the full logits;
 - `--device auto|cpu|cuda` and `--precision auto` (bf16 autocast on a GPU, fp32 on a CPU; `bf16` or
   `fp32` to choose); a checkpoint resumes on another device, precision or thread count;
+- `--compile on|off|auto`: torch.compile of the model and its loss (CUDA graphs on one GPU); auto compiles
+  when the run's steps pass the measured break-even (nemotron.training.compilation); off by default;
 - validation loss on the valid shards every `--eval-every` steps and at the end;
 - resume after a kill: re-run the same command with the same output folder; it continues from the last
   checkpoint (weights, optimizer, scheduler, RNG, data position) and ends with the same weights and
@@ -115,7 +117,9 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     # The loss is one named call: loss_of(x, y) == F.cross_entropy(model(x).logits.flatten(0, 1), y.flatten()),
     # the mean over all targets, to float rounding. It applies the output head a block of tokens at a time and
     # never holds the full logits; the plain expression runs at ~0.8x its speed on a CPU (training/losses.py).
-    loss_of, ddp, autocast = training.prepare(CausalLMLoss(model))  # on the device, training mode; DDP under torchrun
+    # On the device, training mode; DDP under torchrun; compiled with --compile (every window has the same
+    # shape: on one GPU its compiled step is replayed as CUDA graphs, nemotron.training.compilation).
+    loss_of, ddp, autocast = training.prepare(CausalLMLoss(model), static_shapes=True)
     if training.is_main:
         print(f"nano2 {config.scale}: {count_parameters(model) / 1e6:.2f}M parameters, "
               f"{describe_pattern(model_config.hybrid_override_pattern)}", file=sys.stderr)
