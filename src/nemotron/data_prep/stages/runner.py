@@ -128,7 +128,7 @@ def _setup_stages(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
 
 def _item_job(stages: tuple[Stage, ...], job: tuple[str, storage.PathLike, WorkItem]) -> tuple[str, str, dict]:
     run_hash, run_dir, item = job
-    status, counts = begin(run_hash, run_dir, item)  # skipped when receipted, else leftovers cleared
+    status, counts = begin(run_hash, run_dir, item, stages)  # skipped when receipted, else leftovers cleared
     if status == "skipped":
         return item.name, status, counts
     with tempfile.TemporaryDirectory(prefix=f"{item.name}.") as scratch:

@@ -78,7 +78,7 @@ def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem
     from cosmos_xenna.pipelines import v1
 
     started_here = _start_ray(ray, workers, sum(stage.resources.cpus for stage in stages))
-    specs = [v1.StageSpec(_xenna_stage(v1, stage, first=n == 0, last=n == len(stages) - 1))
+    specs = [v1.StageSpec(_xenna_stage(v1, stage, stages, first=n == 0, last=n == len(stages) - 1))
              for n, stage in enumerate(stages)]
     # Progress is ours (one line on stderr); xenna's status tables (60 lines every interval) are off.
     quiet = v1.VerbosityLevel.NONE
@@ -112,12 +112,12 @@ def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem
     return [(item.name, by_name[item.name].status, by_name[item.name].counts) for item in items]
 
 
-def _xenna_stage(v1, stage: Stage, first: bool, last: bool):
+def _xenna_stage(v1, stage: Stage, stages: tuple[Stage, ...], first: bool, last: bool):
     """Our stage as a xenna Stage (a class made here, since cosmos_xenna is imported only on demand)."""
 
     class XennaStage(v1.Stage):
         def __init__(self):
-            self.stage, self.first, self.last = stage, first, last
+            self.stage, self.stages, self.first, self.last = stage, stages, first, last
 
         @property
         def required_resources(self):
@@ -132,7 +132,7 @@ def _xenna_stage(v1, stage: Stage, first: bool, last: bool):
 
         def _one(self, job: ItemInFlight) -> ItemInFlight:
             if self.first:  # the receipt protocol's first half: skip a receipted item, else clear leftovers
-                job.status, job.counts = begin(job.run_hash, job.run_dir, job.item)
+                job.status, job.counts = begin(job.run_hash, job.run_dir, job.item, self.stages)
             if job.status != "skipped":
                 _run_stage(self.stage, job)
             if self.last and job.status != "skipped":
