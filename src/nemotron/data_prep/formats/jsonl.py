@@ -21,7 +21,6 @@ TRANSFORMS = {"passthrough": passthrough, "openai_chat": openai_chat, "sharegpt"
 class Jsonl(ShardFormat):
     name = "jsonl"
     suffixes = (".jsonl",)
-    progress_label = "jsonl shards"
     needs_tokenizer = False
 
     def check_options(self, options: dict[str, Any]) -> None:

@@ -31,7 +31,6 @@ def _packing_config(options: dict[str, Any]):
 class PackedParquet(ShardFormat):
     name = "packed_parquet"
     suffixes = (".parquet",)
-    progress_label = "pack shards"
 
     def check_options(self, options: dict[str, Any]) -> None:
         _packing_config(options)
