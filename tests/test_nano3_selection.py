@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from nemotron.data_prep.chat.records import record_to_nano3, selected_conversations
+from nemotron.data_prep.chat.records import record_to_nano3
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.post_training.schema import read_records, split_files, write_records
+from nemotron.data_prep.post_training.selection import selected_conversations
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.stage1_sft import data_curation
