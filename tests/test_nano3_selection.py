@@ -74,7 +74,7 @@ def test_a_selection_that_is_not_there_is_one_clear_error(pretrain_dataset, tmp_
 
 
 def test_the_recipe_refuses_two_selections_before_any_work(tmp_path):
-    from nemotron.recipes.nano3 import __main__ as recipe
+    import nemotron.recipes.nano3.__main__ as recipe
 
     config = recipe.Config(output_dir=tmp_path / "runs", post_training_data=True)
     config.stage1.data_curation.selected_path = tmp_path / "selected.parquet"
