@@ -1,7 +1,8 @@
 """Post-training normalize throughput: 2 worker processes vs 1, same inputs, one run.
 
 Builds an input from the shipped demo records (every family), repeated with a numbered user turn so the
-copies are not duplicates, then runs the normalize pipeline (plan -> receipted units -> finalize) into
+copies are not duplicates, then runs the normalize pipeline (plan -> its stages on the data-prep stage
+runner, receipted per work item -> finalize) into
 two folders with workers=1 and workers=2, checks the outputs are byte-identical, and prints records/s
 and the speed-up (1-worker time / 2-worker time). The 2-worker time includes starting the spawn pool.
 
@@ -18,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nemotron.data_prep.post_training.normalize_run import Source, finalize_normalize, plan_normalize, run_units
+from nemotron.data_prep.post_training.normalize_run import Source, finalize_normalize, plan_normalize
+from nemotron.data_prep.stages import run_stages
 from nemotron.recipes.post_training_data.normalize import DEMO_DIR
 
 
@@ -51,7 +53,7 @@ def folder_hashes(folder: Path) -> dict[str, str]:
 def timed_run(specs: list[str], out: Path, workers: int) -> tuple[float, int]:
     start = time.perf_counter()
     plan = plan_normalize([Source.parse(s) for s in specs], out, units_per_source=8)
-    run_units(plan, workers)
+    run_stages(plan.stages, workers=workers, progress=False)
     result = finalize_normalize(plan, out, records_per_file=10_000)
     return time.perf_counter() - start, result.read
 

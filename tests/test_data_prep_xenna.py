@@ -37,7 +37,7 @@ CHATS = [{"id": f"c{n}", "messages": [{"role": "user", "content": f"Question {n}
 @pytest.fixture(scope="module")
 def cluster():
     # 3 logical CPUs: streaming needs one actor per stage (read, filter, write) at once.
-    # What xenna's dashboard needs from a Ray it did not start (data_prep/xenna.py).
+    # What xenna's dashboard needs from a Ray it did not start (data_prep/stages/xenna.py).
     os.environ.setdefault("RAY_MAX_LIMIT_FROM_API_SERVER", "40000")
     os.environ.setdefault("RAY_MAX_LIMIT_FROM_DATA_SOURCE", "40000")
     ray.init(num_cpus=3, include_dashboard=True, log_to_driver=False)

@@ -93,8 +93,8 @@ def check_case(seed: int, folder) -> None:
     for number, documents in enumerate(shards):
         ours, theirs = folder / f"ours{number}", folder / f"theirs{number}"
         write_ours(ours, documents, dtype, rng)
-        # Megatron cannot memory-map an empty .bin (a shard of no tokens), so data_prep.shards leaves
-        # such shards out of the blend; its builder still writes the same bytes as ours for them (below).
+        # Megatron cannot memory-map an empty .bin (a shard of no tokens), so the stage runs' finalize
+        # leaves such shards out of the blend; its builder still writes the same bytes as ours for them (below).
         read = IndexedDataset(str(ours)) if any(len(d) for d in documents) else IndexedReader(ours)
         assert read.index.dtype == dtype if isinstance(read, IndexedDataset) else read.dtype == dtype, (
             f"shard {number}: dtype read back differs from {dtype}")

@@ -27,7 +27,7 @@ from nemotron.data_prep.packing import PackingConfig, pack_to_parquet
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.training import megatron_bridge as mb
-from nemotron.training.megatron_recipes import literal_values
+from nemotron.training.megatron_bridge.recipes import literal_values
 from nemotron.training.optim import WarmupCosine, WarmupStableDecay
 
 FACTS = json.loads(mb.FACTS_PATH.read_text())

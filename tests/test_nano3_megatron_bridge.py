@@ -22,7 +22,7 @@ from nemotron.recipes.nano3.stage0_pretrain import training
 from nemotron.recipes.nano3.stage1_sft import data_curation as sft_curation
 from nemotron.recipes.nano3.stage1_sft import training as sft_training
 from nemotron.training import megatron_bridge as mb
-from nemotron.training.megatron_recipes import HYBRID_PROVIDER
+from nemotron.training.megatron_bridge.recipes import HYBRID_PROVIDER
 
 FACTS = json.loads(mb.FACTS_PATH.read_text())
 PRETRAIN = "nemotron_3_nano_pretrain_8gpu_h100_bf16_config"

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from nemotron.data_prep.chat.records import record_to_nano3, selected_conversations
+from nemotron.data_prep.chat.records import record_to_nano3
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.post_training.schema import read_records, split_files, write_records
+from nemotron.data_prep.post_training.selection import selected_conversations
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.stage1_sft import data_curation
@@ -73,7 +74,7 @@ def test_a_selection_that_is_not_there_is_one_clear_error(pretrain_dataset, tmp_
 
 
 def test_the_recipe_refuses_two_selections_before_any_work(tmp_path):
-    from nemotron.recipes.nano3 import __main__ as recipe
+    import nemotron.recipes.nano3.__main__ as recipe
 
     config = recipe.Config(output_dir=tmp_path / "runs", post_training_data=True)
     config.stage1.data_curation.selected_path = tmp_path / "selected.parquet"

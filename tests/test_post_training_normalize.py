@@ -16,14 +16,16 @@ import pytest
 
 import wandb_records  # tests/ is on sys.path under pytest
 from nemotron.data_prep.chat.harmony import parse
-from nemotron.data_prep.post_training.normalize_run import Source, plan_normalize, run_units
+from nemotron.data_prep.post_training.normalize_run import Source, plan_normalize
 from nemotron.data_prep.post_training.records import Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import SCHEMA, read_records, split_files
+from nemotron.data_prep.stages import run_stages
 from nemotron.errors import NemotronError
 from nemotron.recipes.post_training_data import normalize
 from nemotron.trackers import NoOpTracker, WandbTracker, set_lineage_tracker
 
 REPO = Path(__file__).resolve().parents[1]
+GOLDEN = json.loads((REPO / "tests" / "golden" / "normalize_demo.json").read_text())
 
 
 # --- records in the real datasets' shapes -------------------------------------------------------
@@ -192,11 +194,13 @@ def test_parquet_and_hf_datasets_sources(tmp_path):
     assert dataset.metrics["removed_by_reason"] == {"exact duplicate": 2}
 
 
-def test_same_bytes_with_one_or_two_workers(tmp_path):
+def test_same_bytes_with_one_or_two_workers_as_the_process_pool_implementation_wrote(tmp_path):
     one = run_normalize(tmp_path / "one", [], workers=1)
     two = run_normalize(tmp_path / "two", [], workers=2)
     assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
     assert one.digest == two.digest and one.num_records == 46
+    # On the stage runner, the bytes and the digest its own process pool gave (tests/golden/normalize_demo.json).
+    assert folder_bytes(tmp_path / "one") == GOLDEN["files"] and one.digest == GOLDEN["digest"]
     ids = [r["id"] for d in one.dataset_dirs for files in split_files(d).values() for r in read_records(files)]
     assert len(ids) == len(set(ids)) == 46
 
@@ -230,17 +234,20 @@ def test_progress_goes_to_stderr_and_to_wandb_as_live_metrics(tmp_path, bad_inpu
     plan = plan_normalize(sources, tmp_path / "out")
     tracker = set_lineage_tracker(WandbTracker(project="nemotron-test", run_dir=tmp_path))
     try:
-        run_units(plan)
+        run_stages(plan.stages)
     finally:
         tracker.finish()
         set_lineage_tracker(NoOpTracker())
-    prefix = f"post_training/normalize/{plan.run_hash[:16]}/"
+    items = len(plan.stages.items)
+    prefix = f"data_prep/{plan.stages.run_hash[:16]}/"  # the stage runner's, as every data-prep run's
     rows = [row for row in wandb_records.history(tmp_path) if f"{prefix}items_done" in row]
     last = {key[len(prefix):]: value for key, value in rows[-1].items() if key.startswith(prefix)}
-    assert last["items_done"] == last["items_total"] == last["units/written"] == len(plan.units)
-    # Per unit, before the dataset-wide exact-duplicate pass: every kept record, every removal by reason.
-    assert last["records"] == 4 + 1 + 1 + 1  # 1 math duplicate is still there
-    assert {key: value for key, value in last.items() if key.startswith("removed/")} == {
-        "removed/empty completion": 1, "removed/invalid harmony": 1, "removed/no assistant turn": 1,
-        "removed/not JSON": 1, "removed/tool arguments not JSON": 1, "removed/unknown role": 1}
-    assert f"{prefix[:-1]}: {len(plan.units)}/{len(plan.units)} items" in capsys.readouterr().err
+    assert last["items_done"] == last["items_total"] == last["items/written"] == items
+    # Per work item, before the dataset-wide exact-duplicate pass: every kept record, every removal by reason.
+    assert last["read/records"] == 5 + 1 + 4 + 3  # math (one line not JSON), agentic, harmony
+    assert last["write_parquet/records"] == 4 + 1 + 1 + 1  # 1 math duplicate is still there
+    assert {key: value for key, value in last.items() if key.startswith("normalize/removed/")} == {
+        f"normalize/removed/{reason}": 1 for reason in ("empty completion", "invalid harmony", "no assistant turn",
+                                                        "not JSON", "tool arguments not JSON", "unknown role")}
+    err = capsys.readouterr().err
+    assert f"data_prep: {items}/{items} items ({items} written)" in err and "removed/not JSON 1" in err

@@ -194,7 +194,7 @@ def test_orchestrator_end_to_end_with_lineage_to_the_raw_files(tmp_path, tiny_ch
     import subprocess
     import sys
 
-    from nemotron.recipes.post_training_data import __main__ as pipeline
+    import nemotron.recipes.post_training_data.__main__ as pipeline
 
     config = pipeline.Config(output_dir=tmp_path, score=score.Config(reference_model=str(tiny_checkpoint)))
     made = pipeline.main(config)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from builders import make_pretrain_checkpoint  # tests/ is on sys.path under pytest
-from nemotron.data_prep.chat.records import TOOL_USE, selected_conversations
+from nemotron.data_prep.chat.records import TOOL_USE
 from nemotron.data_prep.conversations import filter_conversations, read_conversations
 from nemotron.data_prep.post_training.schema import read_records, split_files, write_records
+from nemotron.data_prep.post_training.selection import selected_conversations
 from nemotron.recipes.nano2.stage1_sft.data_curation import Config, main
 from nemotron.recipes.post_training_data import normalize
 

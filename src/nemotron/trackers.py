@@ -4,8 +4,8 @@ One tracker is active per process, reached through `get_lineage_tracker()`. Arti
 `Artifact.save` (log_artifact) and `Artifact.load` (use_artifact, resolve); numbers reach it through
 `log_metrics`: the training metrics log (`training.metrics`), the nano2 evaluation steps (their held-out
 numbers, at the checkpoint's step); `log_series`: live progress against its own x-axis (a data-prep run's
-items done, bytes, tokens/s, removals per filter); the sharded tokenization run (`data_prep.shards`) logs
-its plan, shards and totals as tables (`log_table`). `cli.run` calls `finish()` when a step ends. Nothing else calls it.
+items done, bytes, tokens/s, removals per filter), whose runner (`data_prep.stages.runner`) logs its
+final counts per stage as a table (`log_table`). `cli.run` calls `finish()` when a step ends. Nothing else calls it.
 
   NoOpTracker   the default; records nothing.
   FileTracker   appends every saved and used artifact to a local JSONL ledger, so lineage can be

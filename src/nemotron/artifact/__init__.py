@@ -80,7 +80,7 @@ from nemotron.errors import NemotronError
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
     "EXECUTION_KEYS", "LOCATION_SUFFIXES", "LOCK", "METADATA", "SCALES", "SCHEMA_VERSION", "TINY_CAP",
-    "Artifact", "ArtifactPath", "ArtifactPrefix", "ArtifactRef", "Producer", "apply_scale", "atomic_write_text",
+    "Artifact", "ArtifactPath", "ArtifactPrefix", "ArtifactRef", "Producer", "apply_scale",
     "bookkeeping",
     "execution", "find_on_stdin",
     "git_revision", "mark_unfinished", "print_complete", "read_metadata", "read_stdin_artifacts", "sha256_file",
@@ -100,10 +100,6 @@ def apply_scale(n: int, scale: str) -> int:
         raise NemotronError(f"unknown scale {scale!r}: use one of {', '.join(SCALES)}")
     scaled = max(1, int(n * SCALES[scale]))
     return min(scaled, TINY_CAP) if scale == "tiny" else scaled
-
-
-# Older name of `nemotron.atomic.write_text`, kept for code written against it.
-atomic_write_text = atomic.write_text
 
 
 class Artifact(BaseModel):

@@ -22,7 +22,7 @@ Executors:
   work item is idempotent, because it redoes a shard only when its receipt does not prove it done and
   clears what an interrupted attempt left behind.
 - "xenna", "xenna-batch" (opt-in extra): for stage lists only; `stages/runner.py` hands each stage to
-  cosmos-xenna as its own stage (`data_prep/xenna.py`), so `run_work_items` refuses them.
+  cosmos-xenna as its own stage (`data_prep/stages/xenna.py`), so `run_work_items` refuses them.
 
 In pool and Ray workers the processes are the parallelism, so library thread pools (the Rust
 tokenizer's) are switched off there: two layers of parallelism would only oversubscribe the cores.
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 from nemotron.errors import NemotronError
 
-# cosmos-xenna (opt-in extra): each stage a xenna stage, streaming or one stage at a time (data_prep/xenna.py).
+# cosmos-xenna (opt-in extra): each stage a xenna stage, streaming or one stage at a time (stages/xenna.py).
 XENNA_EXECUTORS = ("xenna", "xenna-batch")
 EXECUTORS = ("local", "ray", *XENNA_EXECUTORS)
 # Ray retries a task this many times when its worker process dies (not when the task raises).

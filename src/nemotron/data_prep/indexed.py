@@ -23,8 +23,8 @@ written by Megatron's `IndexedDatasetBuilder` (both tested).
 
 End-of-document tokens: `IndexedWriter.add_document(tokens)` stores exactly the tokens it is given.
 Megatron's `preprocess_data.py` hides the EOD token behind an `--append-eod` flag; we make it one
-visible line at the call site instead (`writer.add_document(ids + [EOS_ID])`, see
-`nemotron.data_prep.shards`), so nobody has to guess whether a shard's documents end with EOS.
+visible line at the call site instead (`writer.add_document(ids + [eos_id])`, see
+`nemotron.data_prep.formats.bin_idx`), so nobody has to guess whether a shard's documents end with EOS.
 
 Two properties we add on top of the format:
 - Fast: tokens are buffered and converted/checked/written in large numpy blocks, and the pointers are

@@ -4,7 +4,8 @@ Large data-prep runs get interrupted (preempted jobs, out-of-memory, Ctrl-C). Th
 cookbook answers this with receipts, and so do we: when a worker has written a shard's output files
 it writes `receipts/<shard>.json` last, atomically, recording
 
-- `run_hash`: which run the shard belongs to (inputs + tokenizer + parameters, see `shards.py`),
+- `run_hash`: which run the shard belongs to (inputs + work items + every stage's parameters, see
+  `stages/runner.py`),
 - `work`: what the shard was asked to do (e.g. the input byte range),
 - `outputs`: every output file's name and sha256,
 - `stats`: counts to aggregate at the end (documents, tokens).

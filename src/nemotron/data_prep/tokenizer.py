@@ -19,7 +19,7 @@ Special tokens are reserved *before* training, in the fixed order of `SPECIAL_TO
 0..4 in every tokenizer we train: pad=0, bos=1, eos=2 match the defaults of transformers'
 `NemotronHConfig`, and the two ChatML markers used by the nano2 chat template follow. The tokenizer
 adds no special tokens on its own when encoding: pretraining data prep appends EOS explicitly (see
-`nemotron.data_prep.shards`) and chat data gets its markers from the chat template.
+`nemotron.data_prep.formats.bin_idx`) and chat data gets its markers from the chat template.
 
 Determinism: BPE training is a greedy, tie-broken algorithm with no randomness, so the same texts and
 vocab_size give a byte-identical `tokenizer.json` (tested).

@@ -12,6 +12,8 @@ What this module does:
   raises NemotronError.
 - `write_jsonl(records, path, transforms)` and `convert_jsonl(src, dst, transforms)`: apply
   transforms, write atomically, return `JsonlCounts`.
+- `parse_line(raw)` and `canonical_json(record, where)`: one line in, one line out, the two halves
+  every JSONL reader and writer of the library shares (the stage reader, the jsonl and packed formats).
 
 Output is canonical so equal data gives equal bytes: UTF-8 (not \\u-escaped), keys sorted, compact
 separators, one "\\n" per record, NaN/Infinity refused (they are not JSON). Sorting keys means two
@@ -220,7 +222,7 @@ def read_jsonl(path: Path | str, strict: bool = False) -> tuple[list[Record], in
         for line_number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
-            record, problem = _parse_line(raw)
+            record, problem = parse_line(raw)
             if problem is None:
                 records.append(record)
                 continue
@@ -240,7 +242,9 @@ def read_jsonl(path: Path | str, strict: bool = False) -> tuple[list[Record], in
     return records, malformed
 
 
-def _parse_line(raw: bytes) -> tuple[Record | None, str | None]:
+def parse_line(raw: bytes) -> tuple[Record | None, str | None]:
+    """One JSONL line -> (the object, None), or (None, what is wrong with it): not UTF-8, not JSON, not
+    an object. The one line parser of every JSONL reader (`read_jsonl`, the stage reader, the formats)."""
     try:
         value = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -270,7 +274,7 @@ def write_jsonl(
             if result is None:
                 skipped_by[skipped_by_name] += 1
                 continue
-            out.write(_canonical_json(result, where=f"{path}, record {counts.read - 1}") + "\n")
+            out.write(canonical_json(result, where=f"{path}, record {counts.read - 1}") + "\n")
             counts.written += 1
         counts.skipped_by = dict(sorted(skipped_by.items()))
         counts.skipped = sum(skipped_by.values())
@@ -292,7 +296,9 @@ def convert_jsonl(
     return counts
 
 
-def _canonical_json(record: Record, where: str) -> str:
+def canonical_json(record: Record, where: str) -> str:
+    """The record as one canonical JSONL line (UTF-8, keys sorted, compact, no NaN: the module docstring
+    says why); a value JSON cannot hold is an error naming `where`."""
     try:
         return json.dumps(record, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as error:

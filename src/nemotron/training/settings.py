@@ -1,10 +1,22 @@
 """The settings every training step's Config shares: precision, how often it validates and saves, threads.
 
-A training step declares `class Config(TrainingSettings)` and adds its own fields (inputs, steps,
-learning rate, ...); a step that wants another default redefines the field, with its marker
-(`eval_every: int = bookkeeping(40)`: `nemotron.artifact.fields` says what a marker means). `TrainingRun` reads these
-names, and so does `nemotron.training.megatron_bridge.hand_off` (the engine and cluster fields).
-torch-free, so a step's `--help` stays fast.
+A training step declares `class Config(TrainingSettings)` (or one of the compositions below) and adds
+its own fields (inputs, steps, ...); a step that wants another default redefines the field, with its
+marker (`eval_every: int = bookkeeping(40)`: `nemotron.artifact.fields` says what a marker means).
+
+    TrainingSettings      device, precision, compile, validation and checkpoint cadence, threads,
+                          output folder, scale, seed
+    OptimizerSettings     AdamW and its schedule: lr, min_lr_ratio, warmup_steps, weight_decay,
+                          grad_clip, schedule, decay_fraction
+    MicroBatchSettings    micro_batch_size, grad_accum_steps
+    HandOffSettings       TrainingSettings + the cluster flags of a step that can hand its training to
+                          Megatron-Bridge: engine, dry_run, data_root, nodes, gpus_per_node, container_image
+    PretrainingSettings   both pretraining steps (they hand off)
+    ContinuedTrainingSettings   a dataset and the checkpoint to continue from: the DPO step (no hand-off)
+    FineTuningSettings    ContinuedTrainingSettings + HandOffSettings: both SFT steps
+
+`TrainingRun` reads these names, and so does `nemotron.training.megatron_bridge.hand_off` (the cluster
+fields, and the optimizer's). torch-free, so a step's `--help` stays fast.
 """
 
 from __future__ import annotations
@@ -37,11 +49,6 @@ class TrainingSettings(DeviceSettings):  # --device (nemotron.models.device)
     precision: Literal["auto", "fp32", "bf16"] = bookkeeping("auto")
     """bf16 autocast for forward passes (weights and optimizer stay fp32); auto: bf16 on a GPU, fp32 on a CPU.
     A checkpoint resumes on another device or precision (both only change rounding and speed)."""
-    schedule: Literal["cosine", "wsd"] = "cosine"
-    """Learning-rate schedule after the warmup: cosine decay, or warmup-stable-decay (constant, then a
-    linear decay over the last --decay-fraction of the steps; nemotron.training.optim)."""
-    decay_fraction: float = 0.2
-    """With --schedule wsd: the share of the steps over which the rate decays to lr x min_lr_ratio."""
     compile: CompileSetting = False
     """torch.compile the forward pass (the model, and in pretraining the loss with it): on, off, or auto: on
     when the run's steps exceed the measured break-even of this device, scale and thread count (compile
@@ -55,6 +62,26 @@ class TrainingSettings(DeviceSettings):  # --device (nemotron.models.device)
     num_threads: int | None = execution(None)
     """torch threads per process; default: the cores this process may use, split between the processes
     of this machine (nemotron.cpu.torch_threads)."""
+    output_dir: Path = Path("runs/training")
+    """Where the step writes its checkpoints, metrics, final model folder and artifact."""
+    scale: str = "tiny"
+    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
+    seed: int = 0
+    """Seeds every random choice of the run: same config and seed, same weights (on CPU)."""
+
+    @property
+    def hands_off(self) -> bool:
+        """True when this step's own loop must not train: at `--scale full` the published model is
+        trained at scale by an engine, never by the plain loop. A step with no hand-off (DPO, RL)
+        refuses the run; `HandOffSettings` adds the engine flag and the hand-off itself."""
+        return self.scale == "full"
+
+
+@dataclass
+class HandOffSettings(TrainingSettings):
+    """The cluster flags of a step that can hand its training to Megatron-Bridge (pretraining and SFT:
+    `nemotron.training.megatron_bridge.hand_off` reads them); steps that cannot hand off lack them."""
+
     engine: Literal["plain", "megatron-bridge"] | None = bookkeeping(None)
     """Who trains: `plain` is this step's own loop; `megatron-bridge` writes a Megatron-Bridge run folder
     for a GPU cluster instead (docs/run-a-recipe.md, "At scale"). Default: plain, megatron-bridge at full."""
@@ -68,12 +95,6 @@ class TrainingSettings(DeviceSettings):  # --device (nemotron.models.device)
     """With megatron-bridge: GPUs per node."""
     container_image: str | None = bookkeeping(None)
     """With megatron-bridge: the container Slurm runs the job in (pyxis); none: the nodes' own Python."""
-    output_dir: Path = Path("runs/training")
-    """Where the step writes its checkpoints, metrics, final model folder and artifact."""
-    scale: str = "tiny"
-    """tiny | small | medium | full: sizes the data, the model and the steps (tiny runs on a laptop CPU)."""
-    seed: int = 0
-    """Seeds every random choice of the run: same config and seed, same weights (on CPU)."""
 
     @property
     def hands_off(self) -> bool:
@@ -101,6 +122,11 @@ class OptimizerSettings:
     embeddings; nemotron.training.optim says why)."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this (0 disables)."""
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """Learning-rate schedule after the warmup: cosine decay, or warmup-stable-decay (constant, then a
+    linear decay over the last --decay-fraction of the steps; nemotron.training.optim)."""
+    decay_fraction: float = 0.2
+    """With --schedule wsd: the share of the steps over which the rate decays to lr x min_lr_ratio."""
 
 
 @dataclass
@@ -113,9 +139,8 @@ class MicroBatchSettings:
     """Micro-batches per optimizer step; global batch = micro_batch_size x grad_accum_steps x processes."""
 
 
-
 @dataclass
-class PretrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchSettings):
+class PretrainingSettings(HandOffSettings, OptimizerSettings, MicroBatchSettings):
     """What both recipes' pretraining steps read: bin/idx shards cut into windows, a model from a scale."""
 
     dataset_path: Path | None = None
@@ -142,9 +167,9 @@ class PretrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchSetting
 
 
 @dataclass
-class FineTuningSettings(TrainingSettings, OptimizerSettings, MicroBatchSettings):
-    """What the SFT and DPO steps read: a dataset, and the checkpoint they continue from (the step's
-    description names the artifact types)."""
+class ContinuedTrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchSettings):
+    """What a step that continues from a checkpoint reads: a dataset, and that checkpoint (the step's
+    description names the artifact types). The DPO step's, as it is: it cannot hand off."""
 
     dataset_path: Path | None = None
     """The dataset folder to train on; default: read it from stdin."""
@@ -155,6 +180,12 @@ class FineTuningSettings(TrainingSettings, OptimizerSettings, MicroBatchSettings
     made from (at --scale full: the previous stage's training folder holding its MegatronBridgeRun)."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `sftcheckpoint:latest` (the checkpoint's type, lower case)."""
+
+
+@dataclass
+class FineTuningSettings(ContinuedTrainingSettings, HandOffSettings):
+    """What both SFT steps read: `ContinuedTrainingSettings`, and the cluster flags (SFT at scale hands
+    off to Megatron-Bridge, from the stage-0 Megatron checkpoint)."""
 
 
 def parse_overrides(items: tuple[str, ...]) -> dict:

@@ -37,8 +37,6 @@ never a target, as in `chat.nano3.tokenize_nano3_conversation`.
 from __future__ import annotations
 
 import json
-from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nemotron.data_prep.chat.nano3 import THINK_OFF, nano3_pieces
@@ -192,28 +190,8 @@ def tokenize_nano3_record(
 
 
 # ---------------------------------------------------------------------------------------------------
-# A selection file -> conversations, with the skips by reason
+# The converters by template name (a selection file's records -> conversations:
+# `post_training.selection.selected_conversations`)
 # ---------------------------------------------------------------------------------------------------
 
 CONVERTERS = {"nano2": record_to_nano2, "nano3": record_to_nano3}
-
-
-def selected_conversations(path: Path, template: str = "nano2") -> tuple[list[dict[str, Any]], Counter]:
-    """Conversations of a selected-records Parquet file (or a folder of them) in `template`'s form,
-    and the records it cannot express, by reason."""
-    from nemotron.data_prep.post_training.schema import read_records  # pyarrow: only where records are read
-
-    if template not in CONVERTERS:
-        raise NemotronError(f"no record converter for chat template {template!r}; use one of {', '.join(CONVERTERS)}")
-    path = Path(path)
-    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-    if not files or not all(f.is_file() for f in files):
-        raise NemotronError(f"{path}: no selected records (Parquet); pass the selected.parquet of the "
-                            "post-training pipeline's embed_select or score step")
-    conversations, skipped = [], Counter()
-    for record in read_records(files):
-        try:
-            conversations.append(CONVERTERS[template](record))
-        except Inexpressible as why:
-            skipped[why.reason] += 1
-    return conversations, skipped

@@ -1,15 +1,15 @@
 """Output formats of a sharded run: one writer per format, one registry by name.
 
-A sharded run (`shards.py`, the stage pipeline in `stages/`) cuts its input into work items and
-makes one shard per item; *what* a shard holds is the format's business alone:
+A stage run (`stages/`: its `TokenizeWriteStage`) cuts its input into work items and makes one
+shard per item and split; *what* a shard holds is the format's business alone:
 
     bin_idx          tokens + EOS per document, Megatron's indexed dataset (pretraining)  `bin_idx.py`
     packed_parquet   chats tokenized with an exact loss mask, packed into rows (SFT)     `packed_parquet.py`
     jsonl            records reshaped by a named transform (SFT / RL records)            `jsonl.py`
 
-Every format implements `ShardFormat` (`base.py`): check its options, say what it adds to the run
-hash, build its per-worker state once, write one shard into a folder. The driver never branches
-on a format's name, so adding one is a module and a line in `FORMATS`.
+Every format implements `ShardFormat` (`base.py`): check its options, build its per-worker state
+once, write one shard into a folder (what it adds to the run hash is the writing stage's fingerprint).
+The driver never branches on a format's name, so adding one is a module and a line in `FORMATS`.
 """
 
 from __future__ import annotations

@@ -26,17 +26,12 @@ class ShardFormat:
 
     name: str = ""
     suffixes: tuple[str, ...] = ()  # the files one shard may write, e.g. (".bin", ".idx")
-    progress_label: str = ""
     needs_tokenizer: bool = True
     needs_eos: bool = False  # refuse a tokenizer without an EOS token (documents must be separable)
     indexed: bool = False  # its shards are Megatron bin/idx prefixes
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Refuse bad parameters before any work starts (the driver calls this when planning)."""
-
-    def fingerprint(self, options: dict[str, Any]) -> dict:
-        """What this format adds to the run hash."""
-        return {"output_format": self.name, "options": options}
 
     def token_dtype(self, vocab_size: int) -> str:
         """The dtype of the tokens it stores ("" when it stores none)."""
@@ -53,7 +48,3 @@ class ShardFormat:
     def write(self, shard: ShardInput, state: Any, folder: Path, name: str) -> tuple[list[str], dict[str, int]]:
         """Write shard `name` into `folder` (each file atomically); returns (file names, counts)."""
         raise NotImplementedError
-
-    def summary(self, totals: dict[str, int]) -> dict:
-        """What `summary.json` records besides run hash, dtype, documents, tokens and shards."""
-        return {"output_format": self.name, "totals": totals}

@@ -26,12 +26,8 @@ _BATCH_DOCUMENTS = 512
 class BinIdx(ShardFormat):
     name = "bin_idx"
     suffixes = (".bin", ".idx")
-    progress_label = "tokenize shards"
     needs_eos = True
     indexed = True
-
-    def fingerprint(self, options: dict) -> dict:
-        return {}  # the first format: its runs keep the run hashes (and folders) they had before formats
 
     def token_dtype(self, vocab_size: int) -> str:
         return best_dtype(vocab_size).name
@@ -56,9 +52,6 @@ class BinIdx(ShardFormat):
                     tokens += len(encoding.ids) + 1
         return [f"{name}{suffix}" for suffix in self.suffixes], {
             "records": records, "documents": documents, "tokens": tokens}
-
-    def summary(self, totals: dict[str, int]) -> dict:
-        return {}  # summary.json of bin/idx runs keeps its original fields
 
 
 def _text_batches(shard: ShardInput) -> Iterator[list[str]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from nemotron import atomic
 from nemotron.data_prep.formats.base import ShardFormat, ShardInput
-from nemotron.data_prep.transforms import _canonical_json, _parse_line, openai_chat, passthrough, sft, sharegpt
+from nemotron.data_prep.transforms import canonical_json, openai_chat, parse_line, passthrough, sft, sharegpt
 from nemotron.errors import NemotronError
 
 TRANSFORMS = {"passthrough": passthrough, "openai_chat": openai_chat, "sharegpt": sharegpt, "sft": sft}
@@ -21,7 +21,6 @@ TRANSFORMS = {"passthrough": passthrough, "openai_chat": openai_chat, "sharegpt"
 class Jsonl(ShardFormat):
     name = "jsonl"
     suffixes = (".jsonl",)
-    progress_label = "jsonl shards"
     needs_tokenizer = False
 
     def check_options(self, options: dict[str, Any]) -> None:
@@ -34,7 +33,7 @@ class Jsonl(ShardFormat):
         path = folder / f"{name}.jsonl"
         with atomic.output_file(path, "w") as out:
             for offset, line in shard.lines():
-                record, problem = _parse_line(line)
+                record, problem = parse_line(line)
                 if problem is not None:
                     counts["malformed"] += 1
                     continue
@@ -43,7 +42,7 @@ class Jsonl(ShardFormat):
                 if result is None:
                     counts["skipped"] += 1
                     continue
-                out.write(_canonical_json(result, where=f"{shard.where}, line at byte {offset}") + "\n")
+                out.write(canonical_json(result, where=f"{shard.where}, line at byte {offset}") + "\n")
                 counts["written"] += 1
         if not counts["written"]:
             path.unlink()

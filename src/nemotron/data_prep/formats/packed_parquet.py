@@ -31,7 +31,6 @@ def _packing_config(options: dict[str, Any]):
 class PackedParquet(ShardFormat):
     name = "packed_parquet"
     suffixes = (".parquet",)
-    progress_label = "pack shards"
 
     def check_options(self, options: dict[str, Any]) -> None:
         _packing_config(options)
@@ -61,7 +60,7 @@ class PackedParquet(ShardFormat):
     def write(self, shard: ShardInput, state, folder: Path, name: str) -> tuple[list[str], dict[str, int]]:
         from nemotron.data_prep.conversations import check_chat_tokenizer
         from nemotron.data_prep.packing import pack_conversations, write_packed_parquet
-        from nemotron.data_prep.transforms import _parse_line
+        from nemotron.data_prep.transforms import parse_line
 
         options = shard.options
         template = chat_template_named(options.get("chat_template", "nano2"))
@@ -71,7 +70,7 @@ class PackedParquet(ShardFormat):
         records, conversations = 0, []
         for offset, line in shard.lines():
             records += 1
-            record, problem = _parse_line(line)
+            record, problem = parse_line(line)
             if problem is None and not isinstance(record.get(field), list):
                 problem = f"no {field!r} list"
             if problem is not None:

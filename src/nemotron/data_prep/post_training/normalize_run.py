@@ -1,30 +1,30 @@
 """Normalize post-training sources into Hugging Face layout Parquet: parallel, receipted, resumable.
 
-Three phases, as in `nemotron.data_prep.shards`:
+Three phases, on the stage runner every data-prep run uses (`nemotron.data_prep.stages.runner`):
 
-1. setup, `plan_normalize(...)`: every source (`FAMILY=LOCATION[#SPLIT]`) is hashed (file sha256, or
-   the `datasets` fingerprint) into a run hash, and cut into units: byte ranges of a JSONL file (cut at
-   line starts), row ranges of a Parquet file or a `datasets` split.
-2. pipeline, `run_units(plan, workers)`: a process pool normalizes the units. Each unit reads its raw
-   records, runs the family's reader (`records.normalize_record`), drops and counts what is invalid
-   or has an empty completion, writes `work/<run_hash[:16]>/unit_00003.parquet` atomically and then
-   its receipt (the commit point). A re-run skips units whose receipt proves them done, so a killed
-   run resumes.
-3. finalize, `finalize_normalize(plan, out)`: read the units in plan order, drop exact duplicates
-   (same `id`, i.e. the same rendered text; the first copy in input order wins), and write
+1. setup, `plan_normalize(...)`: every source (`FAMILY=LOCATION[#SPLIT]`) is fingerprinted (file sha256,
+   or the `datasets` fingerprint) and cut into work items: byte ranges of a JSONL file cut at line
+   starts (`stages.plan.line_cuts`), row ranges of a Parquet file or a `datasets` split. The run hash
+   covers the fingerprints, the items and the stage list.
+2. stages, `run_stages(plan.stages, workers=N)`: per work item, `normalize_stages(strict)`:
+   read its raw records -> the family's reader (`records.normalize_record`), dropping and counting what
+   is invalid or has an empty completion -> write `work/<run_hash[:16]>/shard_00003.parquet`
+   atomically, then its receipt (the commit point). A re-run skips items whose receipt proves them
+   done, so a killed run resumes; the items run in this process, a local pool or on Ray.
+3. finalize, `finalize_normalize(plan, out)`: read the items' files in plan order, drop exact
+   duplicates (same `id`, i.e. the same rendered text; the first copy in input order wins), and write
    `<out>/<dataset>/data/<split>/<split>-0000k-of-0000n.parquet` plus a dataset card per dataset.
 
-The bytes written depend on the inputs and the plan only, never on the number of workers or on the
-order units finish in. `strict=True` turns the first invalid record into a `NemotronError` naming
-file and line; otherwise every removal is counted by reason and the first few are shown on stderr.
+The bytes written depend on the inputs only, never on the number of workers, on how the sources are
+cut or on the order items finish in. `strict=True` turns the first invalid record into a
+`NemotronError` naming file and line; otherwise every removal is counted by reason and the first few
+are shown on stderr.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import multiprocessing
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -36,16 +36,17 @@ from nemotron import atomic
 from nemotron.artifact import sha256_file
 from nemotron.data_prep.post_training.records import FAMILIES, Rejected, normalize_record
 from nemotron.data_prep.post_training.schema import dataset_card, read_records, write_records
-from nemotron.data_prep.progress import LiveProgress
-from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
-from nemotron.data_prep.shards import _cut_into_shards
+from nemotron.data_prep.receipts import read_receipt
+from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
+from nemotron.data_prep.stages.plan import checksum_and_count, line_cuts
+from nemotron.data_prep.stages.runner import StagePlan, plan_stages
 from nemotron.errors import NemotronError
 
-# Part of the run hash: bump it when a code change alters the records a unit would produce.
+# Part of the run hash: bump it when a code change alters the records a work item would produce.
 NORMALIZE_FORMAT_VERSION = 1
 EMPTY_COMPLETION = "empty completion"
 DUPLICATE = "exact duplicate"
-SHOWN_PER_REASON = 3  # removals printed on stderr per reason and unit; the rest are only counted
+SHOWN_PER_REASON = 3  # removals printed on stderr per reason and work item; the rest are only counted
 
 
 @dataclass(frozen=True)
@@ -81,30 +82,18 @@ class Source:
 
 
 @dataclass(frozen=True)
-class Unit:
-    index: int
-    source: Source
-    start: int  # byte offset (jsonl) or row (parquet, hf)
-    end: int
+class RecordsItem(WorkItem):
+    """A work item of raw post-training records: `source` is the dataset they go to, `split` theirs,
+    `kind` jsonl (byte range) | parquet | hf (row range), and `family` the reader that maps them."""
 
-    @property
-    def name(self) -> str:
-        return f"unit_{self.index:05d}"
-
-    @property
-    def work(self) -> dict:
-        return {"source": f"{self.source.family}={Path(self.source.location).name}#{self.source.split}",
-                "start": self.start, "end": self.end}
+    family: str = ""
 
 
 @dataclass(frozen=True)
 class NormalizePlan:
-    run_hash: str
-    work_dir: Path  # <output_dir>/work/<run_hash[:16]>
+    stages: StagePlan  # the work items, the stage list and the run hash (`stages.runner`)
     sources: tuple[Source, ...]
-    units: tuple[Unit, ...]
-    empty_sources: tuple[str, ...]
-    strict: bool
+    empty_sources: tuple[str, ...]  # locations that hold no record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,44 +101,15 @@ class NormalizePlan:
 # ---------------------------------------------------------------------------------------------
 
 
-def _load_hf(source: Source) -> Any:
-    import datasets
-
-    name, _, config = source.location[3:].partition("@")
-    try:
-        return datasets.load_dataset(name, config or None, split=source.split)
-    except Exception as error:  # datasets raises many types: offline, missing split, bad files
-        first_line = (str(error).splitlines() or [""])[0][:200]
-        raise NemotronError(f"cannot load {source.location} split {source.split!r} "
-                            f"({type(error).__name__}: {first_line}); "
-                            "check the name, or that it is in the local datasets cache (offline)") from error
-
-
-def _fingerprint_and_ranges(source: Source, units_per_source: int) -> tuple[str, list[tuple[int, int]]]:
-    if source.kind == "jsonl":
-        path = Path(source.location)
-        ranges = [(s.start, s.end) for s in _cut_into_shards(path, units_per_source)] if path.stat().st_size else []
-        return sha256_file(path), ranges
-    if source.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.ParquetFile(source.location).metadata.num_rows
-        fingerprint = sha256_file(Path(source.location))
-    else:
-        dataset = _load_hf(source)
-        rows, fingerprint = len(dataset), dataset._fingerprint
-    step = max(1, math.ceil(rows / units_per_source))
-    return fingerprint, [(start, min(start + step, rows)) for start in range(0, rows, step)]
-
-
 def plan_normalize(sources: list[Source], output_dir: Path, units_per_source: int = 2,
                    strict: bool = False) -> NormalizePlan:
-    """Hash the sources into a run hash and cut each into at most `units_per_source` units."""
+    """Fingerprint the sources, cut each into at most `units_per_source` work items, and plan the
+    normalize stages over them under `<output_dir>/work/`."""
     if not sources:
         raise NemotronError("no sources: pass --sources FAMILY=PATH[#SPLIT] ... (see --help)")
     if units_per_source < 1:
         raise NemotronError(f"units_per_source={units_per_source} must be at least 1")
-    fingerprints, units, empty = [], [], []
+    fingerprints, items, empty = [], [], []
     for source in sources:
         fingerprint, ranges = _fingerprint_and_ranges(source, units_per_source)
         fingerprints.append({"family": source.family, "dataset": source.dataset, "split": source.split,
@@ -158,28 +118,79 @@ def plan_normalize(sources: list[Source], output_dir: Path, units_per_source: in
             if strict:
                 raise NemotronError(f"{source.location}: empty input (no records); pass a file with records")
             empty.append(source.location)
-        units += [Unit(len(units) + k, source, start, end) for k, (start, end) in enumerate(ranges)]
-    identity = {"format_version": NORMALIZE_FORMAT_VERSION, "sources": fingerprints,
-                "units_per_source": units_per_source}
-    run_hash = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return NormalizePlan(run_hash, Path(output_dir) / "work" / run_hash[:16], tuple(sources), tuple(units),
-                         tuple(empty), strict)
+        for start, end, first_row in ranges:
+            items.append(RecordsItem(len(items), source.dataset, source.kind, source.location,
+                                     Path(source.location).name, start=start, end=end, first_row=first_row,
+                                     split=source.split, family=source.family))
+    if not items:
+        raise NemotronError(f"every source is empty ({', '.join(empty)}); pass files with records")
+    stages = plan_stages(items, fingerprints, normalize_stages(strict), Path(output_dir) / "work")
+    return NormalizePlan(stages, tuple(sources), tuple(empty))
 
 
-# ---------------------------------------------------------------------------------------------
-# 2. pipeline
-# ---------------------------------------------------------------------------------------------
-
-
-def _raw_records(unit: Unit) -> Iterator[tuple[str, Any]]:
-    """(where, record or a Rejected) for every record of the unit; `where` is file:line or name:row."""
-    source = unit.source
+def _fingerprint_and_ranges(source: Source, units_per_source: int) -> tuple[str, list[tuple[int, int, int]]]:
+    """The source's fingerprint and its work items' (start, end, first line or row)."""
     if source.kind == "jsonl":
-        with open(source.location, "rb") as stream:
-            line_number = stream.read(unit.start).count(b"\n") + 1
-            while stream.tell() < unit.end:
+        cuts = line_cuts(source.location, units_per_source)
+        checksum, lines_before = checksum_and_count(source.location, [start for start, _ in cuts])
+        return checksum, [(start, end, before + 1) for (start, end), before in zip(cuts, lines_before, strict=True)]
+    if source.kind == "parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.ParquetFile(source.location).metadata.num_rows
+        fingerprint = sha256_file(Path(source.location))
+    else:
+        dataset = _load_hf(source.location, source.split)
+        rows, fingerprint = len(dataset), dataset._fingerprint
+    step = max(1, math.ceil(rows / units_per_source))
+    return fingerprint, [(start, min(start + step, rows), start) for start in range(0, rows, step)]
+
+
+def _load_hf(location: str, split: str) -> Any:
+    import datasets
+
+    name, _, config = location[3:].partition("@")
+    try:
+        return datasets.load_dataset(name, config or None, split=split)
+    except Exception as error:  # datasets raises many types: offline, missing split, bad files
+        first_line = (str(error).splitlines() or [""])[0][:200]
+        raise NemotronError(f"cannot load {location} split {split!r} "
+                            f"({type(error).__name__}: {first_line}); "
+                            "check the name, or that it is in the local datasets cache (offline)") from error
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. stages: read -> normalize -> write, per work item
+# ---------------------------------------------------------------------------------------------
+
+
+def normalize_stages(strict: bool) -> list[Stage]:
+    """The stage list of a normalize run (the runner fuses them on one worker per work item)."""
+    return [ReadRawStage(), NormalizeStage(strict), WriteParquetStage()]
+
+
+class ReadRawStage(Stage):
+    """A work item's raw records: (where, record), `where` naming file and line or row; a line that is
+    not JSON comes as a `Rejected`, for the next stage to count."""
+
+    name = "read"
+
+    def process(self, context: ItemContext, records: Iterator[Any]) -> Iterator[tuple[str, Any]]:
+        for where, raw in _raw_records(context.item):
+            context.count(self.name, "records")
+            yield where, raw
+
+
+
+def _raw_records(item: RecordsItem) -> Iterator[tuple[str, Any]]:
+    """(where, record or a Rejected) for every record of the item; `where` is file line or name row."""
+    if item.kind == "jsonl":
+        with open(item.path, "rb") as stream:
+            stream.seek(item.start)
+            line_number = item.first_row
+            while stream.tell() < item.end:
                 line = stream.readline()
-                where, line_number = f"{source.location} line {line_number}", line_number + 1
+                where, line_number = f"{item.path} line {line_number}", line_number + 1
                 if not line.strip():
                     continue
                 try:
@@ -187,75 +198,65 @@ def _raw_records(unit: Unit) -> Iterator[tuple[str, Any]]:
                 except ValueError as error:  # bad UTF-8 is a ValueError too
                     yield where, Rejected("not JSON", str(error).split(":")[0])
         return
-    if source.kind == "parquet":
+    if item.kind == "parquet":
         import pyarrow.parquet as pq
 
-        rows = pq.read_table(source.location).slice(unit.start, unit.end - unit.start).to_pylist()
+        rows = pq.read_table(item.path).slice(item.start, item.end - item.start).to_pylist()
     else:
-        rows = _load_hf(source).select(range(unit.start, unit.end)).to_list()
+        rows = _load_hf(item.path, item.split).select(range(item.start, item.end)).to_list()
     for offset, row in enumerate(rows):
-        yield f"{source.location} row {unit.start + offset}", row
+        yield f"{item.path} row {item.start + offset}", row
 
 
-def normalize_unit(unit: Unit, strict: bool) -> tuple[list[dict], Counter]:
-    """The unit's normalized records (input order) and its removals by reason."""
-    kept, removed, shown = [], Counter(), Counter()
-    for where, raw in _raw_records(unit):
-        try:
-            if isinstance(raw, Rejected):
-                raise raw
-            record = normalize_record(unit.source.family, raw, unit.source.dataset, unit.source.split, where)
-            if not record["quality_completion_nonempty"]:
-                raise Rejected(EMPTY_COMPLETION, "the last assistant message is empty")
-        except Rejected as rejected:
-            if strict and rejected.reason != EMPTY_COMPLETION:
-                raise NemotronError(f"{where}: {rejected}; fix or remove the record, or run without --strict "
-                                    "to count and skip invalid records") from None
-            removed[rejected.reason] += 1
-            shown[rejected.reason] += 1
-            if shown[rejected.reason] <= SHOWN_PER_REASON:
-                print(f"skipped {where}: {rejected}", file=sys.stderr)
-            continue
-        kept.append(record)
-    return kept, removed
+class NormalizeStage(Stage):
+    """Each raw record through its family's reader (`records.normalize_record`); what is invalid or has
+    an empty completion is dropped and counted by reason (`normalize/removed/<reason>`), the first
+    few per reason and item shown on stderr. `strict`: the first invalid record is an error instead."""
+
+    name = "normalize"
+
+    def __init__(self, strict: bool = False):
+        self.strict = strict
+
+    def fingerprint(self) -> dict:
+        return {"version": NORMALIZE_FORMAT_VERSION, "strict": self.strict}
+
+    def process(self, context: ItemContext, records: Iterator[tuple[str, Any]]) -> Iterator[dict]:
+        item, shown = context.item, Counter()
+        for where, raw in records:
+            try:
+                if isinstance(raw, Rejected):
+                    raise raw
+                record = normalize_record(item.family, raw, item.source, item.split, where)
+                if not record["quality_completion_nonempty"]:
+                    raise Rejected(EMPTY_COMPLETION, "the last assistant message is empty")
+            except Rejected as rejected:
+                if self.strict and rejected.reason != EMPTY_COMPLETION:
+                    raise NemotronError(f"{where}: {rejected}; fix or remove the record, or run without --strict "
+                                        "to count and skip invalid records") from None
+                context.count(self.name, f"removed/{rejected.reason}")
+                shown[rejected.reason] += 1
+                if shown[rejected.reason] <= SHOWN_PER_REASON:
+                    print(f"skipped {where}: {rejected}", file=sys.stderr)
+                continue
+            yield record
 
 
-def _ensure_unit(job: tuple[NormalizePlan, Unit]) -> tuple[str, dict[str, int]]:
-    """Normalize one unit unless its receipt proves it done: (status, its counts)."""
-    plan, unit = job
-    receipt = read_receipt(plan.work_dir, unit.name)
-    if is_done(plan.work_dir, receipt, plan.run_hash, unit.name, unit.work):
-        return "skipped", receipt.stats
-    receipt_path(plan.work_dir, unit.name).unlink(missing_ok=True)  # nothing claims the unit is done now
-    records, removed = normalize_unit(unit, plan.strict)
-    write_records(records, plan.work_dir / f"{unit.name}.parquet")
-    stats = {"records": len(records), **{f"removed/{reason}": n for reason, n in sorted(removed.items())}}
-    write_receipt(plan.work_dir, make_receipt(plan.work_dir, plan.run_hash, unit.name, unit.work,
-                                              [f"{unit.name}.parquet"], stats))
-    return "written", stats
+class WriteParquetStage(Stage):
+    """The item's normalized records, in input order, as one Parquet file of the normalized schema."""
 
+    name = "write_parquet"
 
-def run_units(plan: NormalizePlan, workers: int = 1) -> Counter:
-    """Normalize every unit not already done (in a pool when workers > 1); counts of skipped/written.
-    Progress (units, records kept, removals per reason) goes to stderr and, with W&B, to live metrics
-    `post_training/normalize/<run hash>/...`."""
-    plan.work_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(plan, unit) for unit in plan.units]
-    statuses: Counter = Counter()
-    progress = LiveProgress(f"post_training/normalize/{plan.run_hash[:16]}", len(jobs), rates=("records",))
-    if workers <= 1:
-        results: Iterator[tuple[str, dict[str, int]]] = map(_ensure_unit, jobs)
-        for status, stats in results:
-            statuses[status] += 1
-            progress.advance(counts={**stats, f"units/{status}": 1})
-    else:
-        # spawn: the same behaviour on Linux and macOS, and no copied parent state in the children.
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for status, stats in pool.imap_unordered(_ensure_unit, jobs):
-                statuses[status] += 1
-                progress.advance(counts={**stats, f"units/{status}": 1})
-    progress.close()
-    return statuses
+    def output_names(self, item: WorkItem) -> list[str]:
+        return [f"{item.name}.parquet"]
+
+    def process(self, context: ItemContext, records: Iterator[dict]) -> Iterator[None]:
+        kept = list(records)
+        [name] = self.output_names(context.item)
+        write_records(kept, context.folder / name)
+        context.outputs.append(name)
+        context.count(self.name, "records", len(kept))
+        return iter(())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,25 +278,27 @@ class NormalizeResult:
 
 
 def finalize_normalize(plan: NormalizePlan, output_dir: Path, records_per_file: int) -> NormalizeResult:
-    """Dedup across units (first copy wins), write the Hugging Face layout and a card per dataset."""
+    """Dedup across work items (first copy wins), write the Hugging Face layout and a card per dataset."""
+    run = plan.stages
     by_split: dict[tuple[str, str], list[dict]] = {}
     removed: dict[str, Counter] = {s.dataset: Counter() for s in plan.sources}  # per dataset, by reason
     seen, read = set(), 0
     for location in plan.empty_sources:
         removed[next(s.dataset for s in plan.sources if s.location == location)]["empty input"] += 1
-    for unit in plan.units:
-        receipt = read_receipt(plan.work_dir, unit.name)
-        if receipt is None or receipt.run_hash != plan.run_hash:
-            raise NemotronError(f"{plan.work_dir}: {unit.name} has no receipt; re-run to finish the normalize run")
-        removed[unit.source.dataset].update(
-            {k.removeprefix("removed/"): v for k, v in receipt.stats.items() if k.startswith("removed/")})
-        read += sum(receipt.stats.values())
-        for record in read_records(plan.work_dir / f"{unit.name}.parquet"):
-            if record["id"] in seen:
-                removed[unit.source.dataset][DUPLICATE] += 1
-                continue
-            seen.add(record["id"])
-            by_split.setdefault((record["dataset"], record["split"]), []).append(record)
+    for item in run.items:  # plan order: input order, whatever order the items finished in
+        receipt = read_receipt(run.output_dir, item.name)
+        if receipt is None or receipt.run_hash != run.run_hash:
+            raise NemotronError(f"{run.output_dir}: {item.name} has no receipt; re-run to finish the normalize run")
+        removed[item.source].update({key.removeprefix("normalize/removed/"): n for key, n in receipt.stats.items()
+                                     if key.startswith("normalize/removed/")})
+        read += receipt.stats.get("read/records", 0)
+        for name in receipt.outputs:
+            for record in read_records(Path(run.output_dir) / name):
+                if record["id"] in seen:
+                    removed[item.source][DUPLICATE] += 1
+                    continue
+                seen.add(record["id"])
+                by_split.setdefault((record["dataset"], record["split"]), []).append(record)
     total = sum(removed.values(), Counter())
     if not by_split:
         raise NemotronError(f"no records survived normalization (removed: {dict(total) or 'nothing read'}); "

@@ -10,6 +10,8 @@
   tool calls, e.g. `analysis > call:get_weather > final`) plus the task text (the last user turn), so two
   records with the same question but different tool use are not the same point.
 - `view_report(records)`: is the view collapsed? tool-call coverage, share of unique signatures and texts.
+- `selected_conversations(path, template)`: a selection file's records as the conversations of a chat
+  template (`chat.records`), and what the template cannot express, counted by reason.
 - `k_center_greedy(vectors, k)`: farthest-point selection (Gonzalez 1985; "core-set" selection, Sener &
   Savarese 2018): start from the point nearest the centroid, then repeatedly add the point farthest from
   everything chosen. Every record ends up close to a chosen one, which is what coverage means.
@@ -18,10 +20,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from nemotron.data_prep.chat.records import CONVERTERS, Inexpressible
+from nemotron.data_prep.post_training.schema import read_records
 from nemotron.errors import NemotronError
 
 
@@ -103,3 +108,22 @@ def k_center_greedy(vectors: np.ndarray, k: int) -> list[int]:
         chosen.append(next_index)
         distance = np.minimum(distance, np.linalg.norm(vectors - vectors[next_index], axis=1))
     return sorted(chosen)
+
+
+def selected_conversations(path: Path, template: str = "nano2") -> tuple[list[dict[str, Any]], Counter]:
+    """Conversations of a selected-records Parquet file (or a folder of them) in `template`'s form,
+    and the records it cannot express, by reason."""
+    if template not in CONVERTERS:
+        raise NemotronError(f"no record converter for chat template {template!r}; use one of {', '.join(CONVERTERS)}")
+    path = Path(path)
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise NemotronError(f"{path}: no selected records (Parquet); pass the selected.parquet of the "
+                            "post-training pipeline's embed_select or score step")
+    conversations, skipped = [], Counter()
+    for record in read_records(files):
+        try:
+            conversations.append(CONVERTERS[template](record))
+        except Inexpressible as why:
+            skipped[why.reason] += 1
+    return conversations, skipped

@@ -9,7 +9,11 @@
     tokenize-and-write   write.TokenizeWriteStage   one shard per split, any format of `formats/`
     finalize (driver)    finalize.finalize          receipts -> statistics, data_paths.json, blend.json
 
-`runner.py` runs the worker stages over the work items on an executor, with receipts. A pipeline
+The post-training normalization is one more list on the same runner (`post_training/normalize_run.py`):
+read raw records -> normalize (the family readers, removals counted) -> write Parquet, per work item.
+
+`runner.py` runs the worker stages over the work items on an executor, with receipts (`attempt.py`: one
+work item's receipt protocol, which every executor keeps; `xenna.py`: the opt-in cosmos-xenna one). A pipeline
 (`pipeline.py`) is a list of these; to customise one, edit the list (docs/data-prep.md).
 """
 

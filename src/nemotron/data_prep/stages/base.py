@@ -6,7 +6,8 @@ the resources one copy of it needs (`resources`, read by the Ray and cosmos-xenn
 of one run are fused per worker, as Ray Data fuses operators: a work item flows through read ->
 filter -> write as a generator chain, so a worker holds one batch of one item, never its whole file
 and never the corpus. What each stage did (documents read, removed by each filter, tokens written)
-goes into `ItemContext.counts`, which the item's receipt records.
+goes into `ItemContext.counts`, which the item's receipt records; the files it writes go into
+`ItemContext.outputs` (checksummed into the receipt), and `output_names` says which they may be.
 """
 
 from __future__ import annotations
@@ -84,3 +85,8 @@ class Stage:
     def fingerprint(self) -> dict:
         """What this stage adds to the run hash: every parameter that changes the bytes."""
         return {}
+
+    def output_names(self, item: WorkItem) -> list[str]:
+        """The files this stage may write for `item`, relative to the run folder: what a new attempt at
+        the item clears of an interrupted one (`attempt.discard_item`), with their temp files."""
+        return []

@@ -67,6 +67,9 @@ class ConversationSignatureStage(Stage):
     def fingerprint(self) -> dict:
         return {"ratios": list(self.ratios), "seed": self.seed}
 
+    def output_names(self, item: WorkItem) -> list[str]:
+        return [f"signatures/{item.name}.npy"]
+
     def process(self, context: ItemContext, records: Iterator[list[Document]]) -> Iterator[None]:
         from nemotron.data_prep.conversations import (
             PROBLEMS,
@@ -87,7 +90,7 @@ class ConversationSignatureStage(Stage):
                 exact = bytes.fromhex(conversation_fingerprint(conversation))
                 question = hashlib.sha256(question_key(conversation).encode()).digest()
                 rows.append((-1, split, np.frombuffer(exact, "u1"), np.frombuffer(question, "u1")))
-        name = f"signatures/{context.item.name}.npy"
+        [name] = self.output_names(context.item)
         with atomic.output_file(context.folder / name, "wb") as out:
             np.save(out, np.array(rows, dtype=SIGNATURE), allow_pickle=False)
         context.outputs.append(name)

@@ -33,7 +33,7 @@ import numpy as np
 from nemotron import atomic
 from nemotron.data_prep.blend import SPLITS, DataBlend, assign_split
 from nemotron.data_prep.sources import Document
-from nemotron.data_prep.stages.base import ItemContext, Stage
+from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.data_prep.stages.filter_split import FILTER_SETS
 from nemotron.data_prep.stages.runner import StagePlan
 from nemotron.errors import NemotronError
@@ -68,6 +68,9 @@ class SignatureStage(Stage):
         return {"ratios": self.ratios, "filters": bounds, "seed": self.seed, "num_perm": self.num_perm,
                 "ngram": self.ngram}
 
+    def output_names(self, item: WorkItem) -> list[str]:
+        return [f"signatures/{item.name}.npy"]
+
     def process(self, context: ItemContext, records: Iterator[list[Document]]) -> Iterator[None]:
         from nemotron.data_prep.dedup import exact_key, minhash
         from nemotron.data_prep.quality import TextStats
@@ -84,7 +87,7 @@ class SignatureStage(Stage):
                 rows.append((np.frombuffer(cap, "u1"), np.frombuffer(exact_key(document.text), "u1"), sketch,
                              rejected, SPLITS.index(split)))
         table = np.array(rows, dtype=signature_dtype(self.num_perm))
-        name = f"signatures/{context.item.name}.npy"
+        [name] = self.output_names(context.item)
         with atomic.output_file(context.folder / name, "wb") as out:
             np.save(out, table, allow_pickle=False)
         context.outputs.append(name)

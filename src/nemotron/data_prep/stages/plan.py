@@ -45,8 +45,8 @@ def plan_work_items(blend: DataBlend, work_item_bytes: int, min_items_per_file: 
                 continue
             size = storage.size(path)
             if kind == "jsonl":
-                cuts = _line_cuts(path, max(min_items_per_file, math.ceil(size / work_item_bytes)))
-                checksum, lines_before = _checksum_and_count(path, [start for start, _ in cuts])
+                cuts = line_cuts(path, max(min_items_per_file, math.ceil(size / work_item_bytes)))
+                checksum, lines_before = checksum_and_count(path, [start for start, _ in cuts])
                 for (start, end), before in zip(cuts, lines_before, strict=True):
                     items.append(WorkItem(len(items), kind=kind, path=path, file=file, start=start, end=end,
                                           first_row=before + 1, size=end - start, **common))
@@ -85,8 +85,10 @@ def _files_of(path: str, base_dir: Path) -> list[tuple[str, str, str]]:
     return [(kind, str(p), name(p)) for p in files]
 
 
-def _line_cuts(path: str, pieces: int) -> list[tuple[int, int]]:
-    """Byte ranges at k/pieces of the file, each start moved forward to the next line start."""
+def line_cuts(path: storage.PathLike, pieces: int) -> list[tuple[int, int]]:
+    """At most `pieces` byte ranges of a line-oriented file, cut at about k/pieces of its size, each cut
+    moved forward to the next line start (one seek per cut, no pass over the lines); a range that would
+    be empty (a line longer than a piece) is dropped, so a file may give fewer ranges than asked for."""
     size = storage.size(path)
     boundaries = [0]
     with storage.open_read(path) as stream:
@@ -98,7 +100,7 @@ def _line_cuts(path: str, pieces: int) -> list[tuple[int, int]]:
     return [(start, end) for start, end in zip(boundaries, boundaries[1:], strict=False) if end > start]
 
 
-def _checksum_and_count(path: str, offsets: list[int]) -> tuple[str, list[int]]:
+def checksum_and_count(path: storage.PathLike, offsets: list[int]) -> tuple[str, list[int]]:
     """The file's sha256 and the number of newlines before each offset (ascending), in one pass."""
     digest, newlines, position, counts = hashlib.sha256(), 0, 0, []
     pending = list(offsets)

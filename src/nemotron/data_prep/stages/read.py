@@ -84,9 +84,9 @@ class ReadStage(Stage):
         self._count_skipped(context, skipped)
 
     def _record(self, line: bytes, item, number: int, skipped: Counter) -> Document | None:
-        from nemotron.data_prep.transforms import _parse_line
+        from nemotron.data_prep.transforms import parse_line
 
-        record, problem = _parse_line(line)
+        record, problem = parse_line(line)
         if self.mode == "conversation":
             from nemotron.data_prep.conversations import MALFORMED, pool_conversation
 
@@ -203,7 +203,7 @@ def _document(record: dict, item, fallback_id: str, skipped: Counter) -> Documen
 def _conversation_document(conversation: dict, item) -> Document:
     """A conversation record as a Document: its canonical JSON (what `write_conversations` writes)."""
     from nemotron.data_prep.conversations import FIELDS
-    from nemotron.data_prep.transforms import _canonical_json
+    from nemotron.data_prep.transforms import canonical_json
 
-    text = _canonical_json({name: conversation[name] for name in FIELDS}, where=f"{item.path}: {conversation['id']}")
+    text = canonical_json({name: conversation[name] for name in FIELDS}, where=f"{item.path}: {conversation['id']}")
     return Document(conversation["id"], text, item.source)

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nemotron.data_prep import storage
-from nemotron.data_prep.blend import SPLITS
 from nemotron.data_prep.executors import XENNA_EXECUTORS, run_work_items
-from nemotron.data_prep.formats import FORMATS
 from nemotron.data_prep.progress import LiveProgress
-from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, receipt_path, write_receipt
+from nemotron.data_prep.receipts import is_done, make_receipt, read_receipt, write_receipt
+from nemotron.data_prep.stages.attempt import begin
 from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
+from nemotron.data_prep.stages.xenna import run_on_xenna
 from nemotron.errors import NemotronError
 from nemotron.trackers import get_lineage_tracker
 
@@ -71,10 +71,8 @@ def run_stages(plan: StagePlan, executor: str = "local", workers: int = 1, progr
     statuses = {}
     # The stages are fused on one worker, so an item needs what its most demanding stage declares.
     cpus = max(stage.resources.cpus for stage in plan.stages)
-    if executor in XENNA_EXECUTORS:  # each stage a cosmos-xenna stage, the receipts the same (data_prep/xenna.py)
-        from nemotron.data_prep.xenna import run_on_xenna
-
-        results = run_on_xenna(plan.run_hash, plan.output_dir, plan.items, plan.stages, discard_item, executor, workers)
+    if executor in XENNA_EXECUTORS:  # each stage a cosmos-xenna stage, the receipts the same (xenna.py)
+        results = run_on_xenna(plan.run_hash, plan.output_dir, plan.items, plan.stages, executor, workers)
     else:
         results = run_work_items(_item_job, jobs, _setup_stages, plan.stages, executor=executor, workers=workers,
                                  cpus_per_item=cpus)
@@ -130,10 +128,9 @@ def _setup_stages(stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
 
 def _item_job(stages: tuple[Stage, ...], job: tuple[str, storage.PathLike, WorkItem]) -> tuple[str, str, dict]:
     run_hash, run_dir, item = job
-    receipt = read_receipt(run_dir, item.name)
-    if is_done(run_dir, receipt, run_hash, item.name, item.work):
-        return item.name, "skipped", receipt.stats
-    redone = discard_item(run_dir, item)
+    status, counts = begin(run_hash, run_dir, item, stages)  # skipped when receipted, else leftovers cleared
+    if status == "skipped":
+        return item.name, status, counts
     with tempfile.TemporaryDirectory(prefix=f"{item.name}.") as scratch:
         remote = storage.is_url(run_dir)
         folder = Path(scratch) / "out" if remote else Path(run_dir)
@@ -148,21 +145,7 @@ def _item_job(stages: tuple[Stage, ...], job: tuple[str, storage.PathLike, WorkI
             for name in context.outputs:
                 storage.publish(folder / name, storage.join(run_dir, name))
     write_receipt(run_dir, receipt)  # last: the commit point
-    return item.name, "redone" if redone else "written", context.counts
-
-
-def discard_item(run_dir: storage.PathLike, item: WorkItem) -> bool:
-    """Delete whatever an earlier attempt left of this item; True if there was anything."""
-    names = [f"{split}/{item.name}{suffix}" for split in SPLITS for fmt in FORMATS.values() for suffix in fmt.suffixes]
-    leftovers = [receipt_path(run_dir, item.name), *(storage.join(run_dir, name) for name in names)]
-    removed = [path for path in leftovers if storage.remove(path)]
-    if not storage.is_url(run_dir):  # temp files of interrupted atomic writes
-        folders = [Path(run_dir) / split for split in SPLITS] + [Path(receipt_path(run_dir, item.name)).parent]
-        temps = sorted(path for folder in folders for path in folder.glob(f".{item.name}.*.tmp"))
-        for path in temps:
-            path.unlink(missing_ok=True)
-        removed += temps
-    return bool(removed)
+    return item.name, status, context.counts
 
 
 class Progress(LiveProgress):

@@ -22,7 +22,7 @@ from nemotron.data_prep import storage
 from nemotron.data_prep.blend import SPLITS
 from nemotron.data_prep.formats import ShardInput, get_format
 from nemotron.data_prep.sources import Document
-from nemotron.data_prep.stages.base import ItemContext, Stage
+from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.errors import NemotronError
 
 
@@ -72,6 +72,10 @@ class TokenizeWriteStage(Stage):
         # Only when set: a plain writer keeps the run hash it always had.
         return found | ({"splits": list(self.splits)} if self.splits is not None else {}) | (
             {"pass_on": True} if self.pass_on else {})
+
+    def output_names(self, item: WorkItem) -> list[str]:
+        return [f"{split}/{item.name}{suffix}" for split in self.splits or SPLITS
+                for suffix in get_format(self.output_format).suffixes]
 
     def process(self, context: ItemContext, records: Iterator[list[tuple[str, Document]]]) -> Iterator:
         written = self._spool_and_write(context, records)

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+import nemotron.recipes.nano2.stage0_pretrain.__main__ as stage0
+import nemotron.recipes.nano2.stage1_sft.__main__ as stage1
+import nemotron.recipes.nano2.stage2_alignment.__main__ as stage2
 from nemotron.artifact.fields import execution
 from nemotron.cli import run
 from nemotron.recipes.nano2 import at_scale
 from nemotron.recipes.nano2.report import write_report
-from nemotron.recipes.nano2.stage0_pretrain import __main__ as stage0
-from nemotron.recipes.nano2.stage1_sft import __main__ as stage1
-from nemotron.recipes.nano2.stage2_alignment import __main__ as stage2
 from nemotron.recipes.orchestration import SUMMARY, refuse_overridden_flags
 
 

@@ -25,14 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import nemotron.recipes.nano3.stage0_pretrain.__main__ as stage0
+import nemotron.recipes.nano3.stage1_sft.__main__ as stage1
+import nemotron.recipes.nano3.stage2_rl.__main__ as stage2
+import nemotron.recipes.post_training_data.__main__ as post_training
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.report import write_report
-from nemotron.recipes.nano3.stage0_pretrain import __main__ as stage0
-from nemotron.recipes.nano3.stage1_sft import __main__ as stage1
-from nemotron.recipes.nano3.stage2_rl import __main__ as stage2
 from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, refuse_overridden_flags
-from nemotron.recipes.post_training_data import __main__ as post_training
 
 
 @dataclass

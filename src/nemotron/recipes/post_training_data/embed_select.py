@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from nemotron import atomic
-from nemotron.artifact import atomic_write_text, mark_unfinished
+from nemotron.artifact import mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.post_training.schema import read_records, write_records
 from nemotron.data_prep.post_training.selection import embed_text, k_center_greedy, view_report
@@ -94,7 +94,7 @@ def main(config: Config) -> DiverseSelection:
     mark_unfinished(out)  # until this run completes, the folder holds no artifact
     write_records([records[i] for i in chosen], out / "selected.parquet", SELECTED)
     _save_npy(vectors, out / "embeddings.npy")
-    atomic_write_text(out / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    atomic.write_text(out / "report.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(f"kept {len(chosen)} of {len(records)} records; coverage radius {report['coverage_radius']:.3f}",
           file=sys.stderr)
     return DiverseSelection(

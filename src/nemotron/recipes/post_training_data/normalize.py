@@ -14,8 +14,9 @@ first invalid record into an error naming file and line instead.
 
 Output (`PostTrainingDataset`): the Hugging Face layout `<output_dir>/<dataset>/data/<split>/*.parquet`
 with a generated dataset card `<dataset>/README.md` (schema, counts per split and per removal reason).
-Units of work are receipted under `<output_dir>/work/`, so a killed run resumes; the bytes do not
-depend on `--workers`.
+The work runs on the data-prep stage runner (`nemotron.data_prep.stages`): each source is cut into
+work items, each receipted under `<output_dir>/work/`, so a killed run resumes; the bytes do not
+depend on `--workers` or on `--units-per-source`.
 
     python -m nemotron.recipes.post_training_data.normalize --scale tiny
     python -m nemotron.recipes.post_training_data.normalize \\
@@ -33,13 +34,9 @@ from pathlib import Path
 from nemotron.artifact import ArtifactRef, mark_unfinished, source_ref
 from nemotron.artifact.fields import execution
 from nemotron.cli import run
-from nemotron.data_prep.post_training.normalize_run import (
-    Source,
-    finalize_normalize,
-    plan_normalize,
-    run_units,
-)
+from nemotron.data_prep.post_training.normalize_run import Source, finalize_normalize, plan_normalize
 from nemotron.data_prep.settings import CurationSettings
+from nemotron.data_prep.stages import run_stages
 from nemotron.recipes.post_training_data.artifacts import PostTrainingDataset
 
 DEMO_DIR = Path(__file__).parent / "demo"
@@ -60,11 +57,11 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
     """Stop at the first invalid record (file and line) instead of counting and skipping it; empty
     completions and duplicates are valid records and are still filtered and counted."""
     units_per_source: int = 2
-    """Each source is cut into this many units of work (the resume and parallelism grain)."""
+    """Each source is cut into this many work items (the resume and parallelism grain)."""
     records_per_file: int = 10_000
     """Parquet files per split hold at most this many records."""
     workers: int = execution(1)
-    """Worker processes; the output bytes do not depend on it."""
+    """Worker processes (a local pool when above 1); the output bytes do not depend on it."""
     output_dir: Path = Path("runs/post_training_data/normalize")
 
 
@@ -74,10 +71,10 @@ def main(config: Config) -> PostTrainingDataset:
     out = config.output_dir
     mark_unfinished(out)  # until this run completes, the folder holds no artifact
 
-    # --- setup: run hash and units ---
+    # --- setup: the sources cut into work items, the stage list, the run hash ---
     plan = plan_normalize(sources, out, config.units_per_source, config.strict)
-    # --- pipeline: normalize units in parallel, each receipted ---
-    statuses = run_units(plan, config.workers)
+    # --- stages: read -> normalize -> write Parquet per work item, in parallel, each receipted ---
+    statuses = run_stages(plan.stages, workers=config.workers)
     # --- finalize: dedup, Hugging Face layout, dataset cards ---
     result = finalize_normalize(plan, out, config.records_per_file)
 
@@ -95,8 +92,9 @@ def main(config: Config) -> PostTrainingDataset:
         num_records=sum(sum(splits.values()) for splits in result.counts.values()),
         records_per_split=result.counts,
         metrics={**result.as_metrics(), "sources": [f"{s.family}={s.location}#{s.split}" for s in sources],
-                 "run_hash": plan.run_hash, "units": len(plan.units),
-                 "units_skipped": statuses["skipped"], "wall_seconds": time.perf_counter() - started},
+                 "run_hash": plan.stages.run_hash, "units": len(plan.stages.items),
+                 "units_skipped": list(statuses.values()).count("skipped"),
+                 "wall_seconds": time.perf_counter() - started},
     ).save()
 
 

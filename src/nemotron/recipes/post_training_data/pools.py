@@ -23,7 +23,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemotron.artifact import apply_scale, atomic_write_text, mark_unfinished
+from nemotron import atomic
+from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.cli import run
 from nemotron.data_prep.post_training.pools import load_pool_modules, resolve_pools
 from nemotron.data_prep.post_training.schema import read_records, split_files, write_records
@@ -77,7 +78,7 @@ def main(config: Config) -> CandidatePools:
         print(f"pool {pool.name:<18} {len(capped):>6} records", file=sys.stderr)
     if not any(entry["records"] for entry in manifest.values()):
         raise NemotronError(f"every pool is empty ({', '.join(manifest)}); check the dataset or the predicates")
-    atomic_write_text(out / "pools" / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    atomic.write_text(out / "pools" / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return CandidatePools(
         path=out,
         config=asdict(config),

@@ -1,7 +1,6 @@
 """Which Megatron-Bridge recipe trains which of our model families, and the facts to check a run against.
 
-`run_folder.write_run_folder` writes run folders; this module holds what it writes them for (it was
-`nemotron.training.megatron_recipes`, which still re-exports it):
+`run_folder.write_run_folder` writes run folders; this module holds what it writes them for:
 
 - `FAMILIES`: per family (nano2, nano3), the recipe module and functions (pretrain, sft) of the
   reference Megatron-Bridge commit, the parallelism those recipes set for the published model, and

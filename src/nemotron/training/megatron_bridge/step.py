@@ -57,8 +57,9 @@ def hand_off(kind: Literal["pretrain", "sft"], config: Any, dataset: Any, steps:
     """What a training step does instead of its loop at scale: write the run folder, launch it (or, with
     `--dry-run`, print it), and save a `MegatronBridgeRun` artifact in the step's output folder.
 
-    `config` is the step's Config (`TrainingSettings` fields, schedule and decay_fraction among them,
-    plus micro_batch_size, grad_accum_steps, lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip);
+    `config` is the step's Config (`HandOffSettings`: the cluster flags, `OptimizerSettings`: lr,
+    min_lr_ratio, warmup_steps, weight_decay, grad_clip, schedule, decay_fraction, and micro_batch_size,
+    grad_accum_steps);
     the global batch is the step's micro batch x accumulation x the data-parallel ranks of the cluster.
     `family` picks the recipes (FAMILIES) and the model shape; `provider_overrides` adds model-provider
     fields in Megatron's names (see `write_run_folder`).

@@ -4,15 +4,16 @@ Pretraining quality is decided here, before any model exists (Gopher, Rae et al.
 Su et al. 2024). The step reads like the Nemotron cookbook's data-prep scripts, in three phases:
 
 1. setup: the config, the data blend, per-scale sizes, and the run hash of the curation.
-2. stages (`data_prep.stages`), two visible lists over the blend's work items, each stage counting what
-   it removes; no process holds the corpus (docs/data-prep.md):
+2. stages (`data_prep.stages`), in two passes, each stage counting what it removes; no process holds
+   the corpus (docs/data-prep.md). Pass 1 (`curate_splits`), two visible lists over the blend's work items:
    signatures: read -> per document, the quality verdict (Gopher / C4 heuristics), the split (a hash of
    its id), the exact-dedup hash and the MinHash sketch; then the driver, from signatures alone: scale
    cap -> quality -> exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8) -> the blend's weighted
    draw, per document (`stages.dedup`); split: read -> drop by those decisions -> split JSONL per work
-   item. A byte-level BPE tokenizer is trained on the train split's files (streamed), with the special
-   tokens and the chat template later stages need; then tokenize-and-write: the split files -> bin/idx,
-   about `--num-shards` shards of train (in this process at tiny, a pool of `--workers`, or Ray tasks).
+   item. Pass 2 (`tokenize_splits`): a byte-level BPE tokenizer is trained on the train split's files
+   (streamed), with the special tokens and the chat template later stages need; then tokenize-and-write:
+   the split files -> bin/idx, about `--num-shards` shards of train (in this process at tiny, a pool of
+   `--workers`, or Ray tasks).
 3. finalize: aggregate the runs' receipts into metrics and save a `PretrainDataset` artifact whose
    lineage (`inputs`) points at the raw source files.
 
@@ -209,49 +210,120 @@ def curate(config: Config, stage_lists=STAGE_LISTS) -> PretrainDataset:
     out = mark_unfinished(out)  # files may change from here on: no artifact may vouch for them
 
     # --- stages, pass 1: read -> signatures -> dedup (driver) -> split JSONL shards ---
+    splits = curate_splits(config, blend, out, run_hash, max_documents, synthetic, signature_list, split_list,
+                           seconds)
+    # --- stages, pass 2: the split files -> a tokenizer -> tokenize-and-write bin/idx ---
+    shards = tokenize_splits(config, blend, out, splits.runs, vocab_size, shard_list, seconds)
+
+    # --- finalize: aggregate the runs' receipts, tidy, save the artifact ---
+    stats = shards.stats  # per split: paths, documents, tokens
+    remove_stale_outputs(out, [*splits.runs, shards.plan.output_dir], splits.signatures)
+    valid_bytes = sum(read_receipt(shards.plan.output_dir, item.name).stats.get("read/bytes", 0)
+                      for item in shards.plan.items if item.split == "valid")
+    return PretrainDataset(
+        path=out,
+        config=asdict(config),
+        scale=config.scale,
+        seed=config.seed,
+        inputs=[*sources, *([synthetic] if synthetic is not None else [])],  # lineage: raw text, rephrased data
+        tokenizer_dir=shards.tokenizer_dir,
+        train_prefixes=[Path(p) for p in stats["train"].paths],
+        valid_prefixes=[Path(p) for p in stats["valid"].paths],
+        test_prefixes=[Path(p) for p in stats["test"].paths] if "test" in stats else [],
+        num_documents=sum(r.totals["documents"] for r in stats.values()),
+        num_train_tokens=stats["train"].totals["tokens"],
+        num_valid_tokens=stats["valid"].totals["tokens"],
+        vocab_size=tokenizer_facts(shards.tokenizer_dir).size,  # len(tokenizer), without importing transformers
+        metrics={
+            **splits.counts,
+            "curation_reused": splits.reused,
+            "removed_empty_at_tokenization": sum(r.totals["records"] - r.totals["documents"] for r in stats.values()),
+            "documents": {split: r.totals["documents"] for split, r in stats.items()},
+            "tokens": {split: r.totals["tokens"] for split, r in stats.items()},
+            "tokenizer_reused": shards.tokenizer_reused,
+            # Compression on held-out text (EOS excluded): the bigger the vocabulary, the more bytes a token.
+            "valid_bytes_per_token": valid_bytes / max(1, stats["valid"].totals["tokens"]
+                                                       - stats["valid"].totals["documents"]),
+            "shard_runs": shard_runs(shards.plan, shards.statuses),
+            "seconds_by_phase": seconds,
+            "wall_seconds": time.perf_counter() - started,
+        },
+    ).save()
+
+
+@dataclass
+class CuratedSplits:
+    """Pass 1's result: the split files (per work item, JSONL) and what the curation counted."""
+
+    runs: list[Path]  # the split run folders: the curated documents, then the synthetic records (train)
+    counts: dict  # documents read, removed by each filter, by dedup and the scale cap; the blend's draw
+    reused: bool  # the split files of an identical earlier curation (receipts/curation.json) were intact
+    signatures: Path | None  # the signature run this pass made (None when reused: the earlier one stays)
+
+
+def curate_splits(config: Config, blend: DataBlend, out: Path, run_hash: str, max_documents: int,
+                  synthetic: SyntheticDataset | None, signature_list, split_list, seconds: dict) -> CuratedSplits:
+    """Pass 1: read -> signatures per work item -> dedup from the signatures alone (the driver) -> split
+    JSONL per work item, receipted as one curation; or the files of an identical earlier one."""
     counts, split_runs = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
-    curation_reused = counts is not None
-    if not curation_reused:
-        items, input_fingerprint = plan_work_items(blend, WORK_ITEM_BYTES)  # the driver reads no document
-        if not items:
-            require_documents(blend, {})  # every source is an empty file
-        with timed("signatures", seconds):
-            signatures = plan_stages(items, input_fingerprint, signature_list(blend, config.seed), out / "curation")
-            run_here(signatures, config)
-            read_counts = reader_counts(signatures)
-            require_documents(blend, read_counts)
-        with timed("dedup", seconds):  # scale cap, quality, exact, near, weighted draw: from signatures alone
-            shutil.rmtree(out / "curation" / "decisions", ignore_errors=True)
-            resolution = resolve_signatures(signatures, blend, out / "curation" / "decisions", limit=max_documents,
-                                            seed=config.seed, threshold=config.near_duplicate_threshold)
-        with timed("split", seconds):
-            splits = plan_stages(items, input_fingerprint, split_list(resolution), out / "splits")
-            run_here(splits, config)
-            split_runs, extra = [splits.output_dir], None
-            if synthetic is not None:  # rephrased records: train only, a share of its documents
-                extra = write_synthetic(out / "splits" / "synthetic" / "train", resolution.drawn["train"], synthetic,
-                                        config.synthetic.weight, config.seed)
-                split_runs.append(out / "splits" / "synthetic")
-            blend.save(out / "blend.json")  # the blend this data came from, next to it
-        counts = {
-            "documents_read": {name: c["read"] for name, c in read_counts.items()},
-            "skipped_by_reader": {name: c["skipped"] for name, c in read_counts.items()},
-            "removed_by_scale_cap": resolution.removed["scale_cap"],
-            "removed_by_quality_filter": resolution.removed_by_quality,
-            "removed_by_quality_total": sum(resolution.removed_by_quality.values()),
-            "removed_exact_duplicates": resolution.removed["exact_duplicate"],
-            "removed_near_duplicates": resolution.removed["near_duplicate"],
-            "documents_curated": resolution.curated,
-            "blend_draw": resolution.draws,
-            "synthetic": extra,
-        }
-        save_curation(out, run_hash, blend.splits, counts, split_runs)
+    if counts is not None:
+        return CuratedSplits(split_runs, counts, reused=True, signatures=None)
+    items, input_fingerprint = plan_work_items(blend, WORK_ITEM_BYTES)  # the driver reads no document
+    if not items:
+        require_documents(blend, {})  # every source is an empty file
+    with timed("signatures", seconds):
+        signatures = plan_stages(items, input_fingerprint, signature_list(blend, config.seed), out / "curation")
+        run_here(signatures, config)
+        read_counts = reader_counts(signatures)
+        require_documents(blend, read_counts)
+    with timed("dedup", seconds):  # scale cap, quality, exact, near, weighted draw: from signatures alone
+        shutil.rmtree(out / "curation" / "decisions", ignore_errors=True)
+        resolution = resolve_signatures(signatures, blend, out / "curation" / "decisions", limit=max_documents,
+                                        seed=config.seed, threshold=config.near_duplicate_threshold)
+    with timed("split", seconds):
+        splits = plan_stages(items, input_fingerprint, split_list(resolution), out / "splits")
+        run_here(splits, config)
+        split_runs, extra = [splits.output_dir], None
+        if synthetic is not None:  # rephrased records: train only, a share of its documents
+            extra = write_synthetic(out / "splits" / "synthetic" / "train", resolution.drawn["train"], synthetic,
+                                    config.synthetic.weight, config.seed)
+            split_runs.append(out / "splits" / "synthetic")
+        blend.save(out / "blend.json")  # the blend this data came from, next to it
+    counts = {
+        "documents_read": {name: c["read"] for name, c in read_counts.items()},
+        "skipped_by_reader": {name: c["skipped"] for name, c in read_counts.items()},
+        "removed_by_scale_cap": resolution.removed["scale_cap"],
+        "removed_by_quality_filter": resolution.removed_by_quality,
+        "removed_by_quality_total": sum(resolution.removed_by_quality.values()),
+        "removed_exact_duplicates": resolution.removed["exact_duplicate"],
+        "removed_near_duplicates": resolution.removed["near_duplicate"],
+        "documents_curated": resolution.curated,
+        "blend_draw": resolution.draws,
+        "synthetic": extra,
+    }
+    save_curation(out, run_hash, blend.splits, counts, split_runs)
+    return CuratedSplits(split_runs, counts, reused=False, signatures=signatures.output_dir)
+
+
+@dataclass
+class TokenizedSplits:
+    """Pass 2's result: the tokenizer and the bin/idx shards of every split."""
+
+    tokenizer_dir: Path
+    tokenizer_reused: bool  # its receipt held: trained before on the same train split and settings
+    plan: StagePlan  # the tokenize-and-write run
+    statuses: dict[str, str]  # per work item: written, redone or skipped
+    stats: dict  # per split: the run's statistics (`stages.finalize.SplitStats`: paths, totals)
+
+
+def tokenize_splits(config: Config, blend: DataBlend, out: Path, split_runs: list[Path], vocab_size: int,
+                    shard_list, seconds: dict) -> TokenizedSplits:
+    """Pass 2: a byte-level BPE trained on the train split's files (receipted), then tokenize-and-write:
+    the split files -> bin/idx shards, about `--num-shards` of train (the others in proportion)."""
     files = {split: split_files(split_runs, split) for split in blend.splits}
     with timed("tokenizer", seconds):
         tokenizer_dir, tokenizer_reused = train_tokenizer_on_files(  # receipted: re-used when nothing changed
             out, files["train"], vocab_size, chat_template_named(config.chat_template).jinja)
-
-    # --- stages, pass 2: the split files -> tokenize-and-write bin/idx ---
     with timed("shards", seconds):
         folders = {split: list(dict.fromkeys(path.parent for path in paths)) for split, paths in files.items()}
         by_split = DataBlend.from_dict({split: [{"path": str(folder), "name": f"{split}:{k}"}
@@ -262,40 +334,7 @@ def curate(config: Config, stage_lists=STAGE_LISTS) -> PretrainDataset:
         shards = plan_stages(items, input_fingerprint, shard_list(tokenizer_dir), out / "shards")
         statuses = run_here(shards, config)
         runs, _ = finalize(shards, by_split, "bin_idx")
-
-    # --- finalize: aggregate the runs' receipts, tidy, save the artifact ---
-    remove_stale_outputs(out, [*split_runs, shards.output_dir], None if curation_reused else signatures.output_dir)
-    valid_bytes = sum(read_receipt(shards.output_dir, item.name).stats.get("read/bytes", 0)
-                      for item in shards.items if item.split == "valid")
-    return PretrainDataset(
-        path=out,
-        config=asdict(config),
-        scale=config.scale,
-        seed=config.seed,
-        inputs=[*sources, *([synthetic] if synthetic is not None else [])],  # lineage: raw text, rephrased data
-        tokenizer_dir=tokenizer_dir,
-        train_prefixes=[Path(p) for p in runs["train"].paths],
-        valid_prefixes=[Path(p) for p in runs["valid"].paths],
-        test_prefixes=[Path(p) for p in runs["test"].paths] if "test" in runs else [],
-        num_documents=sum(r.totals["documents"] for r in runs.values()),
-        num_train_tokens=runs["train"].totals["tokens"],
-        num_valid_tokens=runs["valid"].totals["tokens"],
-        vocab_size=tokenizer_facts(tokenizer_dir).size,  # len(tokenizer), without importing transformers
-        metrics={
-            **counts,
-            "curation_reused": curation_reused,
-            "removed_empty_at_tokenization": sum(r.totals["records"] - r.totals["documents"] for r in runs.values()),
-            "documents": {split: r.totals["documents"] for split, r in runs.items()},
-            "tokens": {split: r.totals["tokens"] for split, r in runs.items()},
-            "tokenizer_reused": tokenizer_reused,
-            # Compression on held-out text (EOS excluded): the bigger the vocabulary, the more bytes a token.
-            "valid_bytes_per_token": valid_bytes / max(1, runs["valid"].totals["tokens"]
-                                                       - runs["valid"].totals["documents"]),
-            "shard_runs": shard_runs(shards, statuses),
-            "seconds_by_phase": seconds,
-            "wall_seconds": time.perf_counter() - started,
-        },
-    ).save()
+    return TokenizedSplits(tokenizer_dir, tokenizer_reused, shards, statuses, runs)
 
 
 def check_config(config: Config, vocab_size: int) -> None:

@@ -41,7 +41,7 @@ Supports:
 - DDP under torchrun (Gloo on CPU, NCCL on GPU): each rank trains on its slice of every global batch;
   rank 0 computes the reference log-probs and the others read them; `--precision bf16` autocast.
 
-Refuses, before training starts: `--scale full` / `--engine megatron-bridge` (at scale DPO runs on
+Refuses, before training starts: `--scale full` (at scale DPO runs on
 NeMo-RL, not Megatron-Bridge: the error says what it needs); an SFT checkpoint of another scale; models
 too large for this machine; a checkpoint whose tokenizer differs from the dataset's
 (ids would mean other tokens); loss settings DPO does not define (label smoothing without the
@@ -62,7 +62,7 @@ from typing import Literal
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
-from nemotron.training.settings import FineTuningSettings
+from nemotron.training.settings import ContinuedTrainingSettings
 
 # Optimizer steps per scale. Tiny: 480 of the ~1,600 training pairs (one per rejected kind of ~630 chats).
 STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
@@ -70,7 +70,7 @@ REFERENCE_LOGPS = "reference_logps.pt"
 
 
 @dataclass
-class Config(FineTuningSettings):
+class Config(ContinuedTrainingSettings):
     """DPO of the SFT model (an SFTCheckpoint) on preference pairs (a PreferenceDataset), against the frozen
     SFT model as the reference."""
 

@@ -7,10 +7,10 @@ NVIDIA's Nemotron data-prep cookbook runs its stages on cosmos-xenna (0.3.0, on 
 'nemotron[xenna]'`, Linux x86_64 at Python 3.11 only). Here every stage of a plan becomes one xenna
 stage: its actors set our stage up once (`Stage.setup`), it declares our stage's `resources`, and a
 work item travels from stage to stage as an `ItemInFlight` (the item, the records the previous stage
-made, the counts and checksummed outputs so far). The receipt protocol of `stages/runner.py` wraps the
-chain: the first stage passes an item whose receipt proves it done straight through (as "skipped")
-and clears what an earlier attempt left of the others; the last writes the receipt, the commit point.
-So the files and run hash are those of every other executor.
+made, the counts and checksummed outputs so far). The receipt protocol every executor keeps
+(`attempt.py`) wraps the chain: the first stage passes an item whose receipt proves it done straight
+through (as "skipped") and clears what an earlier attempt left of the others; the last writes the
+receipt, the commit point. So the files and run hash are those of every other executor.
 
 - "xenna": streaming. Every stage has actors at once; items flow between them through xenna's
   bounded queues (back-pressure), and its autoscaler moves CPUs to the slowest stage.
@@ -41,14 +41,14 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nemotron.data_prep import storage
 from nemotron.data_prep.executors import check_executor
-from nemotron.data_prep.receipts import Receipt, is_done, make_receipt, read_receipt, write_receipt
+from nemotron.data_prep.receipts import Receipt, make_receipt, write_receipt
+from nemotron.data_prep.stages.attempt import begin
 from nemotron.data_prep.stages.base import ItemContext, Stage, WorkItem
 from nemotron.errors import NemotronError
 
@@ -71,16 +71,14 @@ class ItemInFlight:
 
 
 def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem, ...], stages: tuple[Stage, ...],
-                 discard: Callable[[storage.PathLike, WorkItem], bool], mode: str = "xenna",
-                 workers: int = 1) -> list[tuple[str, str, dict]]:
-    """Every item through `stages` on cosmos-xenna; (item name, status, counts) per item, in plan order.
-    `discard(run_dir, item)` clears an earlier attempt's files (the runner's, passed in: no import cycle)."""
+                 mode: str = "xenna", workers: int = 1) -> list[tuple[str, str, dict]]:
+    """Every item through `stages` on cosmos-xenna; (item name, status, counts) per item, in plan order."""
     check_executor(mode)  # one line naming the install, if the extra is missing
     import ray
     from cosmos_xenna.pipelines import v1
 
     started_here = _start_ray(ray, workers, sum(stage.resources.cpus for stage in stages))
-    specs = [v1.StageSpec(_xenna_stage(v1, stage, discard, first=n == 0, last=n == len(stages) - 1))
+    specs = [v1.StageSpec(_xenna_stage(v1, stage, stages, first=n == 0, last=n == len(stages) - 1))
              for n, stage in enumerate(stages)]
     # Progress is ours (one line on stderr); xenna's status tables (60 lines every interval) are off.
     quiet = v1.VerbosityLevel.NONE
@@ -114,12 +112,12 @@ def run_on_xenna(run_hash: str, run_dir: storage.PathLike, items: tuple[WorkItem
     return [(item.name, by_name[item.name].status, by_name[item.name].counts) for item in items]
 
 
-def _xenna_stage(v1, stage: Stage, discard, first: bool, last: bool):
+def _xenna_stage(v1, stage: Stage, stages: tuple[Stage, ...], first: bool, last: bool):
     """Our stage as a xenna Stage (a class made here, since cosmos_xenna is imported only on demand)."""
 
     class XennaStage(v1.Stage):
         def __init__(self):
-            self.stage, self.discard, self.first, self.last = stage, discard, first, last
+            self.stage, self.stages, self.first, self.last = stage, stages, first, last
 
         @property
         def required_resources(self):
@@ -133,8 +131,8 @@ def _xenna_stage(v1, stage: Stage, discard, first: bool, last: bool):
             return [self._one(job) for job in in_data]
 
         def _one(self, job: ItemInFlight) -> ItemInFlight:
-            if self.first:
-                _open_item(job, self.discard)
+            if self.first:  # the receipt protocol's first half: skip a receipted item, else clear leftovers
+                job.status, job.counts = begin(job.run_hash, job.run_dir, job.item, self.stages)
             if job.status != "skipped":
                 _run_stage(self.stage, job)
             if self.last and job.status != "skipped":
@@ -144,15 +142,6 @@ def _xenna_stage(v1, stage: Stage, discard, first: bool, last: bool):
 
     XennaStage.__name__ = XennaStage.__qualname__ = f"{type(stage).__name__}_{stage.name}"  # xenna's stage name
     return XennaStage()
-
-
-def _open_item(job: ItemInFlight, discard) -> None:
-    """The receipt protocol's first half: skip a receipted item, else clear an earlier attempt's files."""
-    receipt = read_receipt(job.run_dir, job.item.name)
-    if is_done(job.run_dir, receipt, job.run_hash, job.item.name, job.item.work):
-        job.status, job.counts = "skipped", receipt.stats
-    else:
-        job.status = "redone" if discard(job.run_dir, job.item) else "written"
 
 
 def _run_stage(stage: Stage, job: ItemInFlight) -> None:
