@@ -68,9 +68,9 @@ def test_addition_problems_are_seeded_distinct_and_worked_column_by_column():
     problems = verifiable.addition_problems(50, seed=3)
     assert problems == verifiable.addition_problems(50, seed=3) != verifiable.addition_problems(50, seed=4)
     assert len(set(problems)) == 50
-    problem = verifiable.Problem(47, 38)
+    problem = verifiable.Addition(47, 38)
     assert problem.reasoning == "7 + 8 = 15, write 5, carry 1; 4 + 3 + 1 = 8, write 8. So 47 + 38 = 85."
-    assert verifiable.Problem(95, 17).reasoning.endswith("write the carry 1. So 95 + 17 = 112.")
+    assert verifiable.Addition(95, 17).reasoning.endswith("write the carry 1. So 95 + 17 = 112.")
     text = render_nano3(problem.messages())
     assert text.endswith("<think>\n" + problem.reasoning + "\n</think>\n85<|im_end|>\n")
     train, held_out = verifiable.split_problems(problems, 0.2, seed=0)

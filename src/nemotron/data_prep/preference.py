@@ -1,25 +1,20 @@
-"""Preference pairs for DPO: build them from chat conversations, write and read them as JSONL.
+"""Preference pairs for DPO: build them from a model's own answers judged by a checker; write and read JSONL.
 
 A preference pair says "for this prompt, this answer is better than that one". DPO (Rafailov et al.,
 2023) trains on exactly that, with no reward model. One pair is one JSONL record:
 
-    {"id": "chatterbot/ai/0", "category": "ai",
-     "prompt": [{"role": "user", "content": "What is AI?"}],      # the chat up to the answer
-     "chosen": "Artificial Intelligence is ...",                  # the reference answer
-     "rejected": "Intelligence the is Artificial ...",            # a plausible wrong answer
-     "rejected_kind": "shuffled"}
+    {"id": "largest/17", "category": "skill",
+     "prompt": [{"role": "user", "content": "Largest of 4,3,7,0?"}],   # the chat up to the answer
+     "chosen": "7",                                                     # an answer the checker accepts
+     "rejected": "4",                                                   # one it refuses
+     "rejected_kind": "near_miss"}
 
-Where real preference data comes from human or LLM-judge rankings of sampled answers (HH-RLHF,
-UltraFeedback, the Nemotron alignment data), we have neither offline, so `build_pairs` makes the
-rejected answer by rule, seeded per pair, with the rule recorded in `rejected_kind`:
-- "other_answer": the final answer of another conversation of the same category. It is fluent and on
-  topic but answers a different question, the hardest kind of negative here (a model must read the
-  prompt to tell). Answers given anywhere to the same question are excluded (they would be correct).
-- "shuffled": the chosen answer's words in a shuffled order: right vocabulary, wrong language.
-- "truncated": the chosen answer cut after 25-75% of its words: a model must learn to finish.
-Rule-made negatives are easy to tell apart, which is what a tiny model can learn in minutes; for
-real alignment pass judged pairs instead (stage 2's `--pairs-path`). A rejected answer is never the
-chosen one (compared after normalizing case and spacing).
+Real preference data is judged samples: the model being aligned answers each prompt several times, and a
+judge (people, a reward model, or, for checkable tasks, a verifier) ranks the answers. Nemotron's alignment
+data is built that way (on-policy: the policy's own answers, so the pairs are about the mistakes IT makes).
+`judged_pairs(problems, samples, check)` does it with a program as the judge (`nemotron.data_prep.verifiable`):
+chosen, a sampled answer the checker accepts; rejected, one it refuses, its kind recorded. `reference_pairs`
+builds the held-out pairs evaluation scores: the true answer against the teacher's mistake.
 
 `read_pairs(path)` reads any preference JSONL (ours, or a user's in the same shape; TRL's
 conversational shape with message lists for prompt/chosen/rejected is accepted too) and refuses a
@@ -34,127 +29,65 @@ than a maximum length, counted; hold out a seeded validation slice) and `write_t
 from __future__ import annotations
 
 import json
-import random
-import re
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nemotron.data_prep.chat.nano2 import CHAT_ROLES, tokenize_prompt
-from nemotron.data_prep.conversations import Conversation, question_key
 from nemotron.data_prep.dedup import normalize
 from nemotron.data_prep.tokenizer import IM_END_ID
 from nemotron.data_prep.transforms import JsonlCounts, write_jsonl
+from nemotron.data_prep.verifiable import only_integer
 from nemotron.errors import NemotronError
 
 Pair = dict[str, Any]
 REJECTED_KINDS = ("other_answer", "shuffled", "truncated")
-WORD_SPAN = re.compile(r"\S+")
 PAIR_FIELDS = ("id", "category", "prompt", "chosen", "rejected", "rejected_kind")
 
 
 # ---------------------------------------------------------------------------------------------------
-# Building pairs from conversations
+# Building pairs from a model's own answers, judged by a checker
 # ---------------------------------------------------------------------------------------------------
 
 
-def build_pairs(
-    conversations: Sequence[Conversation], seed: int, other_answer_share: float = 0.5, per_conversation: int = 1
-) -> list[Pair]:
-    """Pairs of a conversation's final assistant answer (chosen) against a rejected answer.
-
-    The kind is drawn per pair (seeded by seed and conversation id, so a pair does not change when
-    other conversations are added): "other_answer" with probability `other_answer_share`, else one
-    of the two corruptions. When the drawn kind is impossible (no other answer in the category, a
-    one-word answer cannot be shuffled) the other kinds are tried; a conversation for which none
-    works gets no pair (a one-word answer, alone in its category).
-
-    `per_conversation` > 1 adds pairs of the next kinds in the same drawn order (up to one per kind),
-    ids `<conversation id>/<kind>`; the first pair of every conversation is the one `per_conversation=1`
-    gives, so held-out pairs built with 1 are the same whatever the training pairs use.
-    """
-    if not 0.0 <= other_answer_share <= 1.0:
-        raise NemotronError(f"other_answer_share={other_answer_share} must be between 0 and 1")
-    if not 1 <= per_conversation <= len(REJECTED_KINDS):
-        raise NemotronError(
-            f"pairs per conversation {per_conversation} must be 1 to {len(REJECTED_KINDS)} (one per rejected kind)"
-        )
-    answers_by_category, correct_by_question = _answer_pools(conversations)
-    pairs = []
-    for conversation in conversations:
-        rng = random.Random(f"{seed}:{conversation['id']}")
-        chosen = conversation["messages"][-1]["content"]
-        excluded = correct_by_question[question_key(conversation)] | {normalize(chosen)}
-        corruptions = ["shuffled", "truncated"]
-        rng.shuffle(corruptions)
-        first_other = rng.random() < other_answer_share
-        kinds = ["other_answer", *corruptions] if first_other else [*corruptions, "other_answer"]
-        made = 0
-        for kind in kinds:
-            if kind == "other_answer":
-                candidates = [a for a in answers_by_category[conversation["category"]] if normalize(a) not in excluded]
-                rejected = rng.choice(candidates) if candidates else None
-            else:
-                rejected = shuffle_words(chosen, rng) if kind == "shuffled" else truncate_words(chosen, rng)
-            if rejected is None or normalize(rejected) == normalize(chosen):
-                continue
-            pairs.append(
-                {
-                    "id": conversation["id"] if made == 0 else f"{conversation['id']}/{kind}",
-                    "category": conversation["category"],
-                    "prompt": conversation["messages"][:-1],
-                    "chosen": chosen,
-                    "rejected": rejected,
-                    "rejected_kind": kind,
-                }
-            )
-            made += 1
-            if made == per_conversation:
-                break
-    return pairs
+def judged_pairs(
+    problems: Sequence[dict], samples: Sequence[Sequence[str]], check: Callable[[str, str], bool],
+) -> tuple[list[Pair], Counter]:
+    """On-policy preference pairs: each problem's sampled answers (`samples[i]`, the model's own), judged by
+    `check(answer_text, problem["answer"])`. The first right answer is chosen; the rejected one is the first
+    wrong answer that names a number (the kind of mistake a verifier exists to catch), else the first wrong
+    one. A problem whose samples are all right or all wrong gives no pair: the returned Counter says how many
+    (`all_right`, `all_wrong`) and how many pairs each kind of rejected answer gave (`near_miss`: the
+    teacher's mistake, the second-largest number; `other_number`; `no_single_number`)."""
+    if len(problems) != len(samples):
+        raise NemotronError(f"{len(problems)} problems and {len(samples)} groups of samples; give one group each")
+    pairs, counts = [], Counter()
+    for problem, answers in zip(problems, samples):
+        right = [a for a in answers if check(a, problem["answer"])]
+        wrong = [a for a in answers if not check(a, problem["answer"])]
+        if not right or not wrong:
+            counts["all_right" if right else "all_wrong"] += 1
+            continue
+        rejected = next((a for a in wrong if only_integer(a) is not None), wrong[0])
+        given = only_integer(rejected)
+        kind = ("near_miss" if given == problem.get("near_miss") else "other_number") if given else "no_single_number"
+        counts[kind] += 1
+        pairs.append({"id": problem.get("id", problem["question"]), "category": "skill",
+                      "prompt": [{"role": "user", "content": problem["question"]}],
+                      "chosen": right[0], "rejected": rejected, "rejected_kind": kind})
+    return pairs, counts
 
 
-def _answer_pools(conversations: Sequence[Conversation]) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
-    """Distinct final answers per category (first spelling, input order) and correct answers per question."""
-    by_category: dict[str, dict[str, str]] = defaultdict(dict)
-    correct: dict[str, set[str]] = defaultdict(set)
-    for conversation in conversations:
-        answer = conversation["messages"][-1]["content"]
-        by_category[conversation["category"]].setdefault(normalize(answer), answer)
-        correct[question_key(conversation)].add(normalize(answer))
-    return {category: list(answers.values()) for category, answers in by_category.items()}, correct
-
-
-def shuffle_words(text: str, rng: random.Random) -> str | None:
-    """The words of `text` in a new order (never the original one); None with fewer than 2 distinct words."""
-    words = text.split()
-    if len(set(words)) < 2:
-        return None
-    shuffled = words[:]
-    rng.shuffle(shuffled)
-    if shuffled == words:  # a rotation of >= 2 distinct words always differs from the original
-        shuffled = words[1:] + words[:1]
-    return " ".join(shuffled)
-
-
-def truncate_words(text: str, rng: random.Random) -> str | None:
-    """`text` cut after 25-75% of its words (at least one word kept, one cut); None below 2 words.
-
-    The cut is made in the original string, so the rejected answer is an exact prefix of the chosen one.
-    """
-    word_ends = [match.end() for match in WORD_SPAN.finditer(text)]
-    if len(word_ends) < 2:
-        return None
-    keep = rng.randint(max(1, len(word_ends) // 4), max(1, (3 * len(word_ends)) // 4))
-    return text[: word_ends[min(keep, len(word_ends) - 1) - 1]]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Preference JSONL
-# ---------------------------------------------------------------------------------------------------
+def reference_pairs(problems: Sequence[dict]) -> list[Pair]:
+    """Held-out pairs of each problem's true answer (chosen) against the teacher's mistake (rejected: the
+    near miss), for preference accuracy: does a model prefer the right answer to what its teacher wrote?"""
+    return [{"id": problem.get("id", problem["question"]), "category": "skill",
+             "prompt": [{"role": "user", "content": problem["question"]}],
+             "chosen": problem["answer"], "rejected": problem["near_miss"], "rejected_kind": "near_miss"}
+            for problem in problems]
 
 
 def write_pairs(pairs: list[Pair], path: Path) -> JsonlCounts:

@@ -23,6 +23,10 @@ TEST conversations, so the numbers of the base, SFT and DPO models sit side by s
   reader sees what the model actually says.
 - `answer_ids` / `tokenize_pairs`: an assistant answer, and preference pairs, as token ids in that same
   training tokenization, for scoring chosen against rejected answers.
+- `skill_scores(model, tokenizer, problems)`: the checkable skill (`nemotron.data_prep.verifiable`): per
+  held-out problem, the greedy answer and whether the checker accepts it, and the probability that the
+  model writes the right answer (then ends its turn): the chance that ONE SAMPLED answer is right, computed
+  exactly from the log-probs instead of estimated by sampling; the same for the teacher's mistake.
 
 A question/answer pair is a conversation's first user message and the assistant reply that follows it.
 """
@@ -38,6 +42,7 @@ import torch
 from nemotron.data_prep.chat.nano2 import tokenize_conversation, tokenize_prompt
 from nemotron.data_prep.preference import answer_ids
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID
+from nemotron.data_prep.verifiable import is_right
 from nemotron.errors import NemotronError
 from nemotron.evaluation.generation import greedy_samples
 from nemotron.evaluation.language_modeling import mean_nll, window_nll
@@ -150,3 +155,39 @@ def chat_samples(
     prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": q}]) for q in questions]
     answers = greedy_samples(model, tokenizer, prompts, max_new_tokens, stop_token_ids=[IM_END_ID, EOS_ID])
     return [{"prompt": q, "completion": a} for q, a in zip(questions, answers)]
+
+
+SKILL_ANSWER_TOKENS = 8  # a greedy answer to a skill problem: a number and <|im_end|>; a few tokens spare
+
+
+def skill_scores(model: torch.nn.Module, tokenizer, problems: Sequence[dict], *, batch_size: int = 64) -> dict:
+    """Per held-out skill problem (`{"question", "answer", "near_miss"}` records): "greedy" (the answer
+    text), "right" (the checker accepts it), "p_right" and "p_near_miss" (the probability of writing exactly
+    that answer, then `<|im_end|>`, after the chat-formatted question)."""
+    from nemotron.training.logprobs import completion_logprobs, evaluation_mode
+
+    if not problems:
+        raise NemotronError("no held-out skill problems to score; re-run stage-1 curation with --skill-problems")
+    prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
+    greedy = greedy_samples(model, tokenizer, prompts, SKILL_ANSWER_TOKENS, stop_token_ids=[IM_END_ID, EOS_ID],
+                            batch_size=batch_size)
+    probabilities = {}
+    with evaluation_mode(model), torch.no_grad():
+        for key in ("answer", "near_miss"):
+            answers = [answer_ids(tokenizer, p[key]) for p in problems]
+            probabilities[key] = completion_logprobs(model, prompts, answers, batch_size=batch_size).exp().numpy()
+    return {"greedy": greedy, "right": np.array([is_right(g, p["answer"]) for g, p in zip(greedy, problems)]),
+            "p_right": probabilities["answer"].astype(np.float64),
+            "p_near_miss": probabilities["near_miss"].astype(np.float64)}
+
+
+def skill_metrics(name: str, scores: dict) -> dict:
+    """`<name>_skill_accuracy` (greedy), `<name>_skill_p_right` and `<name>_skill_p_near_miss` (means of the
+    exact probabilities), each with its standard error over the problems, and the problem count."""
+    n = len(scores["right"])
+    out = {f"{name}_skill_num_problems": n}
+    for key, values in (("accuracy", scores["right"].astype(np.float64)), ("p_right", scores["p_right"]),
+                        ("p_near_miss", scores["p_near_miss"])):
+        out[f"{name}_skill_{key}"] = float(values.mean())
+        out[f"{name}_skill_{key}_stderr"] = float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+    return out

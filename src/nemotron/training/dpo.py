@@ -115,7 +115,7 @@ def dpo_loss(
 
 def dpo_backward(
     forward, ddp, autocast, pairs: tuple, micro_batches: list, reference: Logps, beta: float, variant: DPOVariant,
-    label_smoothing: float,
+    label_smoothing: float, sft_weight: float = 0.0,
 ) -> tuple[torch.Tensor, list, int]:
     """Forward and backward over this rank's micro-batches (lists of pair indices into the tokenized
     `(prompts, chosen, rejected)`) of one optimizer step. Returns (this rank's share of the step's loss,
@@ -138,6 +138,9 @@ def dpo_backward(
             reference_chosen, reference_rejected = (logps[ids].to(policy.device) for logps in reference)
             loss, _, _ = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta,
                                   variant, label_smoothing)
+            if sft_weight:
+                lengths = torch.tensor([len(c) for c in chosen], dtype=policy_chosen.dtype, device=policy_chosen.device)
+                loss = loss + sft_weight * (-policy_chosen / lengths).mean()
             loss = loss * (len(ids) / pairs_per_rank)
         loss.backward()
         step_loss += loss.detach().cpu()

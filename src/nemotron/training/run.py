@@ -61,7 +61,7 @@ from nemotron.models.device import autocast_dtype, device_name, to_device
 from nemotron.models.loading import mamba_kernels_note, quiet_cuda_kernel_notes
 from nemotron.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from nemotron.training.compilation import choose, compile_forward
-from nemotron.training.distributed import barrier, cleanup, setup_distributed
+from nemotron.training.distributed import barrier, cleanup, setup_distributed, sum_over_ranks
 from nemotron.training.memory import check_trainable_here, keep_freed_memory
 from nemotron.training.metrics import MetricsLog, TrainingProgress
 
@@ -94,6 +94,9 @@ class LoopState:
     ema: float = 0.0  # moving average of the loss, not yet debiased
     tokens: int = 0  # tokens trained on so far, all ranks together
     validation: dict[str, float] = field(default_factory=dict)  # the latest validation numbers
+    best_val_loss: float | None = None  # the lowest validation loss so far
+    evals_without_gain: int = 0  # validations in a row that did not beat it
+    stopped_early: bool = False  # the run ended before its planned steps (`--patience`)
 
     @property
     def smoothed_loss(self) -> float:
@@ -185,6 +188,8 @@ class TrainingRun:
             check_same_run(saved["extra"]["run"], self.identity, latest)
             data.load_state_dict(saved["data_state"])
             self.state = LoopState(**saved["extra"]["loop"])
+            if self.state.stopped_early:  # the run had ended early: that step was its last
+                self.steps = self.state.step
         self._resumed_from = self.state.step
         if self.is_main:
             if self._compute_note:
@@ -213,12 +218,39 @@ class TrainingRun:
         state.ema = EMA_DECAY * state.ema + (1 - EMA_DECAY) * loss
         if validation is not None:
             state.validation = dict(validation)
+        self._count_patience(step, (validation or {}).get("val_loss"))
         self._loop_tokens += tokens
         if self.is_main:
             record = {"loss": loss, "smoothed_loss": state.smoothed_loss, "lr": lr, "grad_norm": grad_norm,
                       **extra, **(validation or {})}
             self._log.log(step, record)
             self._progress.update(1, tokens, state.smoothed_loss)
+
+    def _count_patience(self, step: int, val_loss: float | None) -> None:
+        """Early stopping (`--patience P`): after P validations in a row without a new best validation loss,
+        this step becomes the run's last (`stopped_early`), so the checkpoint saved now is final and a
+        re-run of the same command finds the run finished."""
+        state, patience = self.state, getattr(self.config, "patience", None)
+        if not patience or not self.is_due(step, self.config.eval_every) or step >= self.steps:
+            return
+        if val_loss is not None:  # a step may validate on rank 0 only (DPO): its verdict goes to every rank
+            if state.best_val_loss is None or val_loss < state.best_val_loss:
+                state.best_val_loss, state.evals_without_gain = val_loss, 0
+            else:
+                state.evals_without_gain += 1
+        stop = state.evals_without_gain >= patience
+        if self.info.is_distributed:
+            stop = sum_over_ranks(float(stop)) > 0
+        if stop:
+            state.stopped_early, self.steps = True, step
+            if self.is_main:
+                print(f"{self.name}: stopping at step {step}: the validation loss has not beaten its best "
+                      f"({state.best_val_loss:.4f}) for {patience} evaluations (--patience)", file=sys.stderr)
+
+    @property
+    def stopped_early(self) -> bool:
+        """True once `--patience` has ended the run (the loop breaks)."""
+        return self.state.stopped_early
 
     def checkpoint_if_due(self, step: int) -> None:
         """Save a checkpoint every `config.checkpoint_every` steps and at the end (rank 0, then a barrier)."""
@@ -258,6 +290,7 @@ class TrainingRun:
                     "validation_loss": state.validation.get("val_loss"),
                     **{name: value for name, value in state.validation.items() if name != "val_loss"},
                     **metrics,
+                    "stopped_early": state.stopped_early,
                     "train_tokens": state.tokens,
                     "tokens_per_second": self._loop_tokens / loop_seconds if self._loop_tokens else None,
                     "seconds_per_step": loop_seconds / steps_run if steps_run > 0 else None,

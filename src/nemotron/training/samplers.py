@@ -3,11 +3,14 @@
 `EpochSampler(items, micro_batch_size, accumulation, seed, rank, world_size)` walks seeded epochs over
 any list of items (packed SFT rows, DPO pair ids, RL prompts) and hands each rank its micro-batches
 for the next optimizer step. Its `state_dict()` (epoch, index) is the whole data position a
-checkpoint needs to resume bit for bit.
+checkpoint needs to resume bit for bit. `planned_steps(config, num_items, epochs)`: a post-training
+run's length from its data (passes over it), unless `--steps` says otherwise.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
@@ -100,3 +103,15 @@ class EpochSampler(Generic[T]):
             if self.index == len(self.items):
                 self.epoch, self.index = self.epoch + 1, 0
         return np.concatenate(taken)
+
+
+def planned_steps(config, num_items: int, epochs: float) -> int:
+    """`config.steps` if given, else enough optimizer steps for `epochs` passes over `num_items` training
+    items (rows, pairs) in global batches of micro_batch_size x grad_accum_steps x processes (WORLD_SIZE, as
+    torchrun sets it: the steps are known before the process group starts)."""
+    if config.steps is not None:
+        return config.steps
+    if not epochs > 0:
+        raise NemotronError(f"--epochs {epochs} must be above 0 (passes over the training data)")
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    return max(1, math.ceil(epochs * num_items / (config.micro_batch_size * config.grad_accum_steps * processes)))

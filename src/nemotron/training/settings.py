@@ -180,6 +180,14 @@ class ContinuedTrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchS
     made from (at --scale full: the previous stage's training folder holding its MegatronBridgeRun)."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `sftcheckpoint:latest` (the checkpoint's type, lower case)."""
+    steps: int | None = None
+    """Optimizer steps; default: --epochs passes over the training data (a step is one global batch)."""
+    epochs: float | None = None
+    """Passes over the training data, which set the steps unless --steps is given; default per scale (the
+    step's EPOCHS says why)."""
+    patience: int | None = 5
+    """Stop early when the validation loss has not improved on its best for this many evaluations in a
+    row (every --eval-every steps): the held-out loss decides when more passes stop helping. 0: never."""
 
 
 @dataclass

@@ -84,6 +84,8 @@ class SFTDataset(Artifact):
     train_conversations: ArtifactPath
     valid_conversations: ArtifactPath
     test_conversations: ArtifactPath
+    train_problems: ArtifactPath  # the skill's training problems with their true answers (verifiable.Largest)
+    test_problems: ArtifactPath  # its held-out problems, never trained on (stage-1 and stage-2 evaluation)
     pack_size: int = Field(gt=1)
     num_train_conversations: int = Field(gt=0)
     num_valid_conversations: int = Field(gt=0)
@@ -136,14 +138,16 @@ class DPOCheckpoint(ModelCheckpoint):
 
 class DPOResults(EvaluationResults):
     made_by: ClassVar[str] = "nemotron.recipes.nano2.stage2_alignment.evaluation"
-    sft_preference_accuracy: float
+    sft_skill_p_right: float  # the lesson: mean chance of a right answer on held-out skill problems
+    dpo_skill_p_right: float
+    sft_skill_accuracy: float  # greedy answers the checker accepts
+    dpo_skill_accuracy: float
+    sft_preference_accuracy: float  # held-out pairs: the right answer above the teacher's near miss
     dpo_preference_accuracy: float
     reward_accuracy: float
     reward_margin: float
-    sft_answer_accuracy: float
-    dpo_answer_accuracy: float
-    sft_answer_accuracy_mutual_info: float  # the headline answer metric (stage-1 evaluation docstring)
-    dpo_answer_accuracy_mutual_info: float
+    sft_completion_nll: float  # stage-1 test chats: what aligning the skill cost the rest
+    dpo_completion_nll: float
     num_pairs: int = Field(gt=0)
     samples_path: ArtifactPath | None = None  # samples.json: [{"prompt", "completion", "sft_completion"}]
 

@@ -40,6 +40,7 @@ Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Out
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -67,12 +68,15 @@ from nemotron.data_prep.stages.dedup import DecisionStage
 from nemotron.data_prep.stages.finalize import reader_counts, stage_counts
 from nemotron.data_prep.stages.runner import StagePlan, remove_other_runs
 from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.data_prep.verifiable import largest_problems, split_problems, teacher_messages, write_problems
 from nemotron.errors import NemotronError
 from nemotron.models.loading import ModelLimits, check_fits
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset, SFTDataset
 
 # "Full" reads up to a million conversations; apply_scale gives tiny 10,000 (all of chatterbot).
 FULL_CONVERSATIONS = 1_000_000
+# Skill problems per scale: 2,000 to train on at tiny (and 500 held out) sit beside chatterbot's ~700 chats.
+SKILL_PROBLEMS = {"tiny": 2_500, "small": 5_000, "medium": 20_000, "full": 100_000}
 # Tokens per packed row: the stage-0 sequence length of each scale, so SFT never runs the model past
 # the context it was pretrained on. At tiny, chatterbot chats are ~40 tokens (median), so a 256-token
 # row holds about five of them with ~98% of its slots used, and short rows keep CPU attention cheap.
@@ -85,6 +89,14 @@ class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_si
 
     use_chatterbot: bool = True
     """Include the offline chatterbot corpus."""
+    skill_problems: int | None = None
+    """"Which is the largest" problems made (a skill a program can check, `nemotron.data_prep.verifiable`),
+    train and held out together; default per scale (tiny 2,500); 0 leaves the skill out."""
+    skill_held_out: float = 0.2
+    """Share of those problems held out (by the numbers asked) for evaluation; never trained on."""
+    teacher_error_rate: float = 0.3
+    """Share of the training problems the teacher answers with its one mistake, the second-largest number:
+    SFT imitates it, and stage 2 (DPO on the model's own answers, judged by the checker) fixes it."""
     extra_pool_path: tuple[Path, ...] = ()
     """Extra JSONL pools of chats (OpenAI `messages` or ShareGPT `conversations` records)."""
     selected_path: Path | None = None
@@ -122,9 +134,13 @@ def main(config: Config) -> SFTDataset:
                    fix="the folder mixes a tokenizer and a model that do not belong together")
         check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
                    fix=f"pass --pack-size {limits.context} or smaller")
-    blend, sources = chat_sources(config)
+    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
+
+    # --- the skill: seeded "which is the largest" problems, split by the numbers asked; the training ones
+    # answered by an imperfect teacher (its near miss in a stated share), then read like any chat source ---
+    skill = skill_problems(config, out)
+    blend, sources = chat_sources(config, skill_chats=out / "skill_chats.jsonl" if skill["train"] else None)
     items, input_fingerprint = plan_conversation_items(blend, [ref.digest for ref in sources], WORK_ITEM_BYTES)
-    out = config.output_dir
 
     # --- stages, pass 1: read -> signatures; the driver: scale cap, validation, dedup, grouped split ---
     with timed("signatures", seconds):
@@ -138,7 +154,6 @@ def main(config: Config) -> SFTDataset:
         check_splits_filled(resolution, config.split_ratios)
 
     # --- stages, pass 2: read -> decisions -> conversations JSONL (all splits) -> packed Parquet ---
-    out = mark_unfinished(out)  # a failed re-run must not leave an artifact over mixed files
     save_tokenizer(tokenizer, out / "tokenizer")  # the dataset's own copy; the writers ship it, not the model
     packing = {"pack_size": pack_size, "overflow": config.overflow, "seed": config.seed, "chat_template": "nano2"}
     with timed("write", seconds):
@@ -172,6 +187,8 @@ def main(config: Config) -> SFTDataset:
         train_conversations=out / "train_conversations.jsonl",
         valid_conversations=out / "valid_conversations.jsonl",
         test_conversations=out / "test_conversations.jsonl",
+        train_problems=out / "skill_train.jsonl",
+        test_problems=out / "skill_test.jsonl",
         pack_size=pack_size,
         num_train_conversations=counts.get("conversations/train/written", 0),
         num_valid_conversations=counts.get("conversations/valid/written", 0),
@@ -179,6 +196,10 @@ def main(config: Config) -> SFTDataset:
         num_train_rows=stats["train"].rows,
         vocab_size=len(tokenizer),
         metrics={
+            "skill_train_problems": len(skill["train"]),
+            "skill_test_problems": len(skill["test"]),
+            "teacher_mistakes": skill["mistakes"],
+            "teacher_error_share": skill["mistakes"] / max(1, len(skill["train"])),
             "conversations_read": {name: c["read"] for name, c in read.items()},
             "source_skipped": {name: c["skipped"] for name, c in read.items()},
             "scale_limit_dropped": resolution.scale_limit_dropped,
@@ -198,9 +219,28 @@ def main(config: Config) -> SFTDataset:
     ).save()
 
 
-def chat_sources(config: Config) -> tuple[DataBlend, list[ArtifactRef]]:
-    """The chat sources as a blend (one entry each, in the order they are gathered) and their lineage."""
+def skill_problems(config: Config, out: Path) -> dict:
+    """Make the skill's problems, write them (true answers: `skill_train.jsonl`, `skill_test.jsonl`) and the
+    teacher's demonstrations of the training ones (`skill_chats.jsonl`); their counts and the teacher's mistakes."""
+    count = SKILL_PROBLEMS[config.scale] if config.skill_problems is None else config.skill_problems
+    if count < 0:
+        raise NemotronError(f"--skill-problems {count}: give a number of problems, or 0 to leave the skill out")
+    train, test = split_problems(largest_problems(count, config.seed), config.skill_held_out, config.seed) \
+        if count else ([], [])
+    write_problems(train, out / "skill_train.jsonl")
+    write_problems(test, out / "skill_test.jsonl")
+    demonstrations = [teacher_messages(p, config.teacher_error_rate, config.seed) for p in train]
+    atomic.write_text(out / "skill_chats.jsonl", "".join(json.dumps({"id": f"largest/{i}", "messages": messages}) + "\n"
+                                                        for i, (messages, _) in enumerate(demonstrations)))
+    return {"train": train, "test": test, "mistakes": sum(mistake is not None for _, mistake in demonstrations)}
+
+
+def chat_sources(config: Config, skill_chats: Path | None = None) -> tuple[DataBlend, list[ArtifactRef]]:
+    """The chat sources as a blend (one entry each, in the order they are gathered) and their lineage.
+    The skill's chats, made by this step from its seed, are a source but no input of the lineage."""
     entries, sources = [], []
+    if skill_chats is not None:
+        entries.append({"path": str(skill_chats.resolve()), "name": "largest"})
     if config.use_chatterbot:
         entries.append({"path": "chatterbot", "name": "chatterbot"})
         sources.append(source_ref(chatterbot_folder()))
@@ -216,8 +256,8 @@ def chat_sources(config: Config) -> tuple[DataBlend, list[ArtifactRef]]:
         entries.append({"path": str(Path(config.selected_path).resolve()), "name": "selected"})
         sources.append(source_ref(config.selected_path))
     if not entries:
-        raise NemotronError("no chat sources: keep --use-chatterbot or pass --extra-pool-path FILE.jsonl "
-                            "or --selected-path")
+        raise NemotronError("no chat sources: keep --use-chatterbot or --skill-problems, or pass --extra-pool-path "
+                            "FILE.jsonl or --selected-path")
     return DataBlend.from_dict({"sources": entries}, where="chat sources"), sources
 
 

@@ -59,6 +59,7 @@ from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
+from nemotron.data_prep.verifiable import read_problems
 from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
 from nemotron.trackers import get_lineage_tracker
@@ -92,9 +93,9 @@ def main(config: Config) -> SFTResults:
         answer_items,
         chat_samples,
         conversation_nll,
-        mc_correct,
-        mc_pick,
         sample_questions,
+        skill_metrics,
+        skill_scores,
     )
     from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval
     from nemotron.evaluation.language_modeling import mean_nll, perplexity
@@ -112,11 +113,12 @@ def main(config: Config) -> SFTResults:
     conversations = read_conversations(dataset.test_conversations)[:limit]
     items = answer_items(conversations, config.num_distractors, config.seed)
     questions = sample_questions(conversations, config.num_samples)
+    problems = read_problems(dataset.test_problems, limit)  # the skill's held-out problems
 
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
     # Per model: (completion NLL, completion tokens), the answer test's MCResult, the greedy samples, the tokenizer.
     metrics: dict = {}
-    nll_by_model, answers_by_model, samples_by_model, tokenizers, per_conversation = {}, {}, {}, {}, {}
+    nll_by_model, answers_by_model, samples_by_model, tokenizers, per_conversation, skill = {}, {}, {}, {}, {}, {}
     with evaluation_threads(config.num_threads):
         for name, source in (("base", base), ("sft", checkpoint)):
             model, tokenizers[name] = load_model(source.model_dir)
@@ -130,6 +132,9 @@ def main(config: Config) -> SFTResults:
             }
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
                                                   config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
+            # the skill: the greedy answer checked, and the exact chance that a sampled answer is right
+            skill[name] = skill_scores(model, tokenizers[name], problems, batch_size=config.batch_size)
+            metrics |= skill_metrics(name, skill[name])
 
         # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
         out = mark_unfinished(config.output_dir)
@@ -152,11 +157,10 @@ def main(config: Config) -> SFTResults:
     # the multiple-choice questions whose pick (by mutual information) SFT made right, or wrong.
     metrics["lesson"] = lesson("held-out answer NLL per conversation (nats/token), base -> SFT",
                                per_conversation["base"], per_conversation["sft"], higher_is_better=False)
-    picks = {name: mc_correct(result) for name, result in answers_by_model.items()}
-    metrics["changed_answers"] = changed_answers(picks["base"], picks["sft"], [
-        {"question": item.question, "expected": item.choices[item.answer_index],
-         "before": mc_pick(answers_by_model["base"], i), "after": mc_pick(answers_by_model["sft"], i)}
-        for i, item in enumerate(items)])
+    # The answers it changed: held-out skill problems whose greedy answer SFT made right (or wrong).
+    metrics["changed_answers"] = changed_answers(skill["base"]["right"], skill["sft"]["right"], [
+        {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
+        for p, before, after in zip(problems, skill["base"]["greedy"], skill["sft"]["greedy"])])
     metrics["wall_seconds"] = time.perf_counter() - started
     get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)
     return SFTResults(

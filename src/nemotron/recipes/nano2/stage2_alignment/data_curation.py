@@ -1,61 +1,53 @@
-"""Stage 2, step 1: build the preference pairs that DPO aligns the SFT model with.
+"""Stage 2, step 1: preference pairs from the SFT model's own answers, judged by a checker.
 
-Direct Preference Optimization (Rafailov et al., 2023) needs, for each prompt, a preferred ("chosen")
-and a dispreferred ("rejected") answer. This step makes them from the stage-1 conversations, so the
-whole recipe stays offline and reproducible:
+Direct Preference Optimization (Rafailov et al., 2023) needs, for each prompt, a preferred ("chosen") and a
+dispreferred ("rejected") answer. Real alignment data is judged samples: the model being aligned answers
+each prompt several times and a judge ranks the answers (Nemotron's alignment data is built that way, so the
+pairs are about the mistakes THIS model makes). Here the judge is a program, the skill's checker:
 
-- chosen: the reference assistant answer, i.e. the last turn of a conversation; the prompt is
-  everything before it (`prompt` is a message list, rendered later with the nano2 chat template);
-- rejected: a plausible wrong answer, drawn per pair with a seeded RNG and recorded in
-  `rejected_kind`: another conversation's answer from the same category ("other_answer", never an
-  answer given to the same question), or the chosen answer corrupted ("shuffled" words, "truncated").
-  See `nemotron.data_prep.preference` for the rules.
+1. setup: the `SFTCheckpoint` to align, and through its lineage the `SFTDataset` with the skill's training
+   problems ("Which is the largest: 3, 8, 5?", `nemotron.data_prep.verifiable`) and held-out problems;
+2. sample: `--samples-per-prompt` answers to each of the first `--num-prompts` training problems from the
+   SFT model, at temperature 1 (seeded): SFT imitated a teacher that answers the second-largest number in
+   a share of its demonstrations (stage-1 curation's `--teacher-error-rate`), and its samples show it;
+3. judge: `verifiable.is_right` checks each answer; a problem with a right AND a wrong answer gives one
+   pair (`preference.judged_pairs`: chosen the first right one, rejected a wrong one, its kind recorded:
+   the teacher's near miss, another number, or no single number); problems answered all right or all
+   wrong teach DPO nothing and are counted;
+4. held-out pairs: each held-out problem's true answer against the teacher's mistake
+   (`preference.reference_pairs`), for stage-2 evaluation's preference accuracy;
+5. like every curation step, what training consumes: the pairs tokenized in the nano2 chat format with the
+   SFT tokenizer (prompt ending in the generation prompt, each answer ending in `<|im_end|>`), pairs longer
+   than `--max-length` tokens dropped and counted, and a seeded `--validation-share` held out for DPO's
+   validation loss (`nemotron.data_prep.preference`).
 
-Training pairs come from the TRAIN conversations only. Held-out pairs are built the same way from the
-TEST conversations, in their own file, for stage-2 evaluation (preference accuracy, reward margins);
-stage 1 already guarantees that no test question appears in train, and this step re-checks it for
-the training pairs it writes. Instead of building training pairs you can give your own preference
-JSONL with `--pairs-path` (same shape; TRL's conversational shape is accepted): a record with an
-empty chosen or rejected answer is refused with one error line naming the file and line.
+Instead of sampling you can give your own preference JSONL with `--pairs-path` (same shape; TRL's
+conversational shape is accepted); a record with an empty chosen or rejected answer is refused with one
+error line naming the file and line. This step runs the model (torch, imported in `main`) because
+on-policy pairs are the model's answers; it writes data only.
 
-Then, as every curation step, it prepares exactly what training consumes: the pairs tokenized in the
-nano2 chat format with the SFT tokenizer (prompt ending in the generation prompt, each answer ending
-in `<|im_end|>`), pairs longer than `--max-length` tokens (prompt + the longer answer) dropped and
-counted (never cut: a cut chosen answer can look like a "truncated" rejected one), and a seeded
-`--validation-share` of the rest held out for DPO's validation loss (`nemotron.data_prep.preference`).
-
-Each train conversation yields one pair per rejected kind it admits (`--train-pairs-per-conversation 3`,
-the default; held-out pairs stay one per test conversation, the same whatever this is). Measured at tiny
-(seed 0, the same SFT model and held-out pairs): 1 pair per conversation gives held-out preference
-accuracy 0.708 after DPO, 3 give 0.730, all of it on truncated answers (0.93 -> 1.00); the
-other-answer kind stays at chance either way (see the recipe README).
-
-Scale: every train conversation yields a pair at tiny (~700); scale caps the pair count at larger
-scales (tiny 10,000) and sets the maximum length; otherwise it governs DPO steps and model size.
-
-Input: an `SFTDataset` (stdin, `--dataset-path` or `--dataset-artifact`). Output: a
-`PreferenceDataset`: train/valid/test pairs (canonical JSONL, text) and the train/valid pairs
-tokenized (`*_tokens.jsonl`).
+Input: an `SFTCheckpoint` (stdin or `--checkpoint-path`); its `SFTDataset` from the lineage (or
+`--dataset-path`). Output: a `PreferenceDataset`.
 
     python -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny \\
-        --dataset-path runs/nano2/stage1_sft/data_curation
-    python -m nemotron.recipes.nano2.stage1_sft.data_curation --scale tiny --checkpoint-path CKPT \\
+        --checkpoint-path runs/nano2/stage1_sft/training
+    python -m nemotron.recipes.nano2.stage1_sft.training --scale tiny --dataset-path SFT_DATA \\
         | python -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron.artifact import apply_scale, mark_unfinished, source_ref
+from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
-from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.preference import (
-    build_pairs,
+    judged_pairs,
     read_pairs,
+    reference_pairs,
     split_pairs,
     tokenize_pairs,
     write_pairs,
@@ -64,120 +56,114 @@ from nemotron.data_prep.preference import (
 from nemotron.data_prep.settings import CurationSettings
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.data_prep.transforms import write_jsonl
+from nemotron.data_prep.verifiable import is_right, read_problems
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.artifacts import PreferenceDataset, SFTDataset
+from nemotron.recipes.nano2.artifacts import PreferenceDataset, SFTCheckpoint, SFTDataset
 
-FULL_PAIRS = 1_000_000  # "full" trains on up to a million pairs; tiny: 10,000 (all of ours)
-# The longest pair trained on (prompt + the longer answer, in tokens); tiny skips ~9% of chatterbot's.
+# Prompts sampled at full scale; apply_scale gives tiny 1,000 (of the 2,000 training problems). At tiny, 4
+# answers each from the SFT model leave ~85% of the prompts with a right and a wrong answer: ~850 pairs,
+# more than one epoch of DPO's steps needs, for ~4 s of sampling.
+FULL_PROMPTS = 100_000
+# The longest pair trained on (prompt + the longer answer, in tokens).
 MAX_LENGTH = {"tiny": 128, "small": 256, "medium": 1024, "full": 4096}
 
 
 @dataclass
 class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.settings)
-    """Build DPO preference pairs (train from train conversations, held-out from test)."""
+    """Preference pairs from the SFT model's own answers to the skill's training problems, judged by the checker."""
 
+    checkpoint_path: Path | None = None
+    """The stage-1 SFTCheckpoint whose answers are judged; default: read it from stdin."""
+    checkpoint_artifact: str | None = None
+    """Or a tracked reference such as `sftcheckpoint:latest`."""
     dataset_path: Path | None = None
-    """A stage-1 SFTDataset folder; default: read it from stdin."""
+    """The SFTDataset with the skill's problems; default: stdin, else the checkpoint's lineage."""
     dataset_artifact: str | None = None
     """Or a tracked reference such as `sftdataset:latest`."""
     pairs_path: Path | None = None
-    """Your own training pairs (JSONL: prompt, chosen, rejected) instead of building them."""
-    other_answer_share: float = 0.5
-    """Share of pairs whose rejected answer is another answer of the same category (the rest are
-    corruptions of the chosen answer)."""
-    train_pairs_per_conversation: int = 3
-    """Training pairs per train conversation, one per rejected kind (1-3); held-out pairs stay one per
-    conversation (the same pairs whatever this is)."""
+    """Your own training pairs (JSONL: prompt, chosen, rejected) instead of sampling and judging."""
+    num_prompts: int | None = None
+    """Training problems the SFT model answers; default per scale (tiny 1,000)."""
+    samples_per_prompt: int = 4
+    """Answers sampled per problem (more: more problems with both a right and a wrong answer)."""
+    temperature: float = 1.0
+    """Sampling temperature: 1 samples the model's own distribution, mistakes included."""
     max_length: int | None = None
     """Drop training pairs longer than this (prompt + longer answer, tokens); default per scale (tiny 128)."""
     validation_share: float = 0.05
     """Share of the training pairs held out (seeded) for DPO's validation loss; 0 disables it."""
+    num_threads: int | None = None
+    """torch threads for the sampling; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/data_curation")
     seed: int = 0
-    """Seeds the choice of each rejected answer and the validation slice."""
+    """Seeds the sampling and the validation slice."""
 
-
+    @property
+    def piped(self) -> bool:
+        """The checkpoint came down the pipe (so its dataset may have too)."""
+        return self.checkpoint_path is None and self.checkpoint_artifact is None
 
 
 def main(config: Config) -> PreferenceDataset:
-    # --- setup ---
-    sft = SFTDataset.load_input(config, "dataset")
+    # --- setup: the SFT model and its dataset's problems ---
+    if config.samples_per_prompt < 2 or not config.temperature > 0:
+        raise NemotronError(f"--samples-per-prompt {config.samples_per_prompt} / --temperature {config.temperature}: "
+                            "a pair needs at least 2 answers per problem, sampled at a temperature above 0")
+    checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
     started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    train_conversations = read_conversations(sft.train_conversations)
-    test_conversations = read_conversations(sft.test_conversations)
-    inputs = [sft]
+    sft = load_upstream_input(SFTDataset, config, "dataset", made_from=[checkpoint])
+    tokenizer = load_tokenizer(sft.tokenizer_dir)
+    held_out = read_problems(sft.test_problems)
+    inputs, counts = [checkpoint, sft], {}
 
-    # --- training pairs: built from train conversations, or the user's ---
+    # --- training pairs: the SFT model's answers judged by the checker, or the user's own pairs ---
     if config.pairs_path is not None:
         train_pairs = read_pairs(config.pairs_path)
         inputs.append(source_ref(config.pairs_path))
     else:
-        train_pairs = build_pairs(
-            train_conversations, config.seed, config.other_answer_share, config.train_pairs_per_conversation
-        )
-    conversation_ids = {c["id"] for c in train_conversations}
-    built = sum(pair["id"] in conversation_ids for pair in train_pairs)  # conversations with a pair (the first)
-    limit = apply_scale(FULL_PAIRS, config.scale)
-    scale_limit_dropped = max(0, len(train_pairs) - limit)
-    train_pairs = train_pairs[:limit]
-
-    # A held-out question in the training pairs would inflate held-out preference accuracy.
-    test_questions = {question_key(c) for c in test_conversations}
-    leaking = [p for p in train_pairs if question_key({"messages": p["prompt"]}) in test_questions]
-    train_pairs = [p for p in train_pairs if question_key({"messages": p["prompt"]}) not in test_questions]
-    if not train_pairs:
-        raise NemotronError(
-            f"no training pairs left ({len(leaking)} removed because their question is a test question); "
-            "give pairs for other questions or rebuild the SFT dataset"
-        )
-
-    # --- held-out pairs: built the same way from test conversations ---
-    test_pairs = build_pairs(test_conversations, config.seed, config.other_answer_share)
+        problems = read_problems(sft.train_problems, apply_scale(FULL_PROMPTS, config.scale)
+                                 if config.num_prompts is None else config.num_prompts)
+        if not problems:
+            raise NemotronError(f"{sft.train_problems} holds no skill problems; re-run stage-1 curation with "
+                                "--skill-problems above 0, or give --pairs-path")
+        answers = sample_answers(checkpoint.model_dir, tokenizer, problems, config)
+        train_pairs, counts = judged_pairs(problems, answers, is_right)
+        if not train_pairs:
+            raise NemotronError(f"none of the {len(problems)} problems got both a right and a wrong answer from "
+                                f"{checkpoint.model_dir} ({dict(counts)}); raise --samples-per-prompt or give "
+                                "--pairs-path")
+    # A held-out question in the training pairs would inflate the held-out measures.
+    held_out_questions = {p["question"] for p in held_out}
+    leaking = sum(pair["prompt"][-1]["content"] in held_out_questions for pair in train_pairs)
+    train_pairs = [pair for pair in train_pairs if pair["prompt"][-1]["content"] not in held_out_questions]
 
     # --- tokenize the training pairs; drop the too long ones; hold out a validation slice ---
-    tokenizer = load_tokenizer(sft.tokenizer_dir)
     tokens = tokenize_pairs(tokenizer, train_pairs)
     max_length = config.max_length or MAX_LENGTH[config.scale]
     train_ids, valid_ids = split_pairs(tokens, max_length, config.validation_share, config.seed)
     if not train_ids:
-        raise NemotronError(
-            f"none of the {len(train_pairs)} training pairs fits in --max-length {max_length} tokens "
-            "(prompt + longer answer); raise --max-length"
-        )
+        raise NemotronError(f"none of the {len(train_pairs)} training pairs fits in --max-length {max_length} "
+                            "tokens (prompt + longer answer); raise --max-length")
 
-    # --- write ---
+    # --- write: the pairs (text), the tokenized ones, the held-out pairs ---
     out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
+    test_pairs = reference_pairs(held_out)
     write_pairs([train_pairs[i] for i in train_ids], out / "train_pairs.jsonl")
     write_jsonl([train_pairs[i] for i in valid_ids], out / "valid_pairs.jsonl")
     write_pairs(test_pairs, out / "test_pairs.jsonl")
     write_tokenized_pairs(train_pairs, tokens, train_ids, out / "train_tokens.jsonl")
     write_tokenized_pairs(train_pairs, tokens, valid_ids, out / "valid_tokens.jsonl")
-    trained = [train_pairs[i] for i in train_ids]
     return PreferenceDataset(
-        path=out,
-        config=asdict(config),
-        scale=config.scale,
-        seed=config.seed,
-        inputs=inputs,
-        tokenizer_dir=sft.tokenizer_dir,
-        train_pairs=out / "train_pairs.jsonl",
-        valid_pairs=out / "valid_pairs.jsonl",
-        test_pairs=out / "test_pairs.jsonl",
-        train_tokens=out / "train_tokens.jsonl",
-        valid_tokens=out / "valid_tokens.jsonl",
-        max_length=max_length,
-        num_train_pairs=len(train_ids),
-        num_valid_pairs=len(valid_ids),
-        num_test_pairs=len(test_pairs),
+        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=inputs,
+        tokenizer_dir=sft.tokenizer_dir, train_pairs=out / "train_pairs.jsonl", valid_pairs=out / "valid_pairs.jsonl",
+        test_pairs=out / "test_pairs.jsonl", train_tokens=out / "train_tokens.jsonl",
+        valid_tokens=out / "valid_tokens.jsonl", max_length=max_length, num_train_pairs=len(train_ids),
+        num_valid_pairs=len(valid_ids), num_test_pairs=len(test_pairs),
         metrics={
-            "train_pairs_source": "given" if config.pairs_path else "built",
-            "train_rejected_kinds": count_kinds(trained),
-            "test_rejected_kinds": count_kinds(test_pairs),
-            # conversations whose answer admits no rejected one (one word, alone in its category)
-            "train_conversations_without_pair": 0 if config.pairs_path else len(train_conversations) - built,
-            "test_conversations_without_pair": len(test_conversations) - len(test_pairs),
-            "train_pairs_removed_test_question": len(leaking),
-            "scale_limit_dropped": scale_limit_dropped,
+            "train_pairs_source": "given" if config.pairs_path else "judged samples",
+            # per problem sampled: a pair, by the kind of its rejected answer, or none (all right / all wrong)
+            "judged": dict(sorted(counts.items())),
+            "train_pairs_removed_held_out_question": leaking,
             "pairs_skipped_too_long": len(train_pairs) - len(train_ids) - len(valid_ids),
             "num_train_pairs": len(train_ids),
             "num_valid_pairs": len(valid_ids),
@@ -187,9 +173,26 @@ def main(config: Config) -> PreferenceDataset:
     ).save()
 
 
-def count_kinds(pairs: list[dict]) -> dict[str, int]:
-    """{rejected_kind: number of pairs}, sorted by kind."""
-    return dict(sorted(Counter(pair["rejected_kind"] for pair in pairs).items()))
+def sample_answers(model_dir: Path, tokenizer, problems: list[dict], config: Config) -> list[list[str]]:
+    """`config.samples_per_prompt` answers per problem from the model, as text (the chat-formatted question,
+    temperature `config.temperature`, seeded by `config.seed` per batch of prompts)."""
+    from nemotron.cpu import evaluation_threads
+    from nemotron.data_prep.chat.nano2 import tokenize_prompt
+    from nemotron.data_prep.tokenizer import IM_END_ID
+    from nemotron.evaluation.chat import SKILL_ANSWER_TOKENS
+    from nemotron.models.loading import load_model
+    from nemotron.training.grpo import sample_groups
+
+    k, batch, answers = config.samples_per_prompt, 128, []
+    with evaluation_threads(config.num_threads):
+        model, _ = load_model(model_dir)
+        prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
+        for start in range(0, len(prompts), batch):
+            ids = sample_groups(model, prompts[start : start + batch], k, SKILL_ANSWER_TOKENS, config.temperature,
+                                IM_END_ID, tokenizer.pad_token_id, seed=config.seed + start)
+            texts = [tokenizer.decode([t for t in row if t != IM_END_ID]).strip() for row in ids]
+            answers += [texts[i : i + k] for i in range(0, len(texts), k)]
+    return answers
 
 
 if __name__ == "__main__":

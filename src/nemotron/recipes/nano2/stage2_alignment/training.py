@@ -64,8 +64,8 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
 from nemotron.training.settings import ContinuedTrainingSettings
 
-# Optimizer steps per scale. Tiny: 480 of the ~1,600 training pairs (one per rejected kind of ~630 chats).
-STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
+# Passes over the training pairs per scale (the steps follow from the data; --patience stops earlier).
+EPOCHS = {"tiny": 1.0, "small": 1.0, "medium": 1.0, "full": 1.0}
 REFERENCE_LOGPS = "reference_logps.pt"
 
 
@@ -80,8 +80,8 @@ class Config(ContinuedTrainingSettings):
     """sigmoid: DPO; conservative: cDPO (needs --label-smoothing); ipo: IPO's squared loss."""
     label_smoothing: float = 0.0
     """cDPO's assumed probability that a preference label is flipped (0 < eps < 0.5)."""
-    steps: int | None = None
-    """Optimizer steps; default per scale (tiny 60)."""
+    sft_weight: float = 0.0
+    """Weight of an NLL term on the chosen answers (per token), added to the DPO loss."""
     # A fifth of SFT's rate: DPO should re-rank answers, not re-learn the language. At tiny, 1e-4 barely
     # moves held-out preference accuracy and 5e-4 overfits the training pairs.
     lr: float = 2e-4
@@ -115,7 +115,7 @@ def main(config: Config) -> DPOCheckpoint:
     from nemotron.training.megatron_bridge import DPO_AT_SCALE
     from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun
-    from nemotron.training.samplers import EpochSampler
+    from nemotron.training.samplers import EpochSampler, planned_steps
 
     # --- inputs: the tokenized pairs and the SFT model, checked against each other ---
     if config.hands_off:
@@ -123,12 +123,12 @@ def main(config: Config) -> DPOCheckpoint:
     check_dpo_settings(config.beta, config.loss_variant, config.label_smoothing)
     dataset = PreferenceDataset.load_input(config, "dataset")
     sft = SFTCheckpoint.load_input(config, "checkpoint")
-    steps = config.steps or STEPS[config.scale]
+    train, valid = read_tokenized_pairs(dataset.train_tokens), read_tokenized_pairs(dataset.valid_tokens)
+    steps = planned_steps(config, len(train[0]), config.epochs or EPOCHS[config.scale])
     training = TrainingRun(config, inputs=[dataset, sft], steps=steps, name="dpo")
     tokenizer, sft_tokenizer = load_tokenizer(dataset.tokenizer_dir), load_tokenizer(sft.model_dir)
     check_chat_tokenizer(sft_tokenizer, sft.model_dir)
     check_same_vocabulary(sft_tokenizer, tokenizer, f"checkpoint {sft.model_dir}", f"dataset {dataset.path}")
-    train, valid = read_tokenized_pairs(dataset.train_tokens), read_tokenized_pairs(dataset.valid_tokens)
 
     # --- model: the policy starts as the SFT model ---
     model = use_training_scan(training.load_model(sft.model_dir))  # CPU: Mamba-2's chunked scan (models/mamba2.py)
@@ -167,7 +167,7 @@ def main(config: Config) -> DPOCheckpoint:
         # Policy log-probs of both answers of each pair, the loss a mean over the step's pairs on all ranks.
         step_loss, policy_logps, step_tokens = dpo_backward(
             forward, ddp, autocast, train, batches.next_step(), reference["train"], config.beta, config.loss_variant,
-            config.label_smoothing,
+            config.label_smoothing, config.sft_weight,
         )
         grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
 
@@ -183,6 +183,8 @@ def main(config: Config) -> DPOCheckpoint:
         tokens = round(sum_over_ranks(step_tokens))
         training.record(step, **numbers, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=validation)
         training.checkpoint_if_due(step)
+        if training.stopped_early:  # --patience: the validation pairs' DPO loss stopped falling
+            break
 
     # --- the model folder and the artifact ---
     return training.finish(DPOCheckpoint, metrics={

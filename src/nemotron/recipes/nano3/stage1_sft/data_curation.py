@@ -61,7 +61,7 @@ from nemotron.data_prep.stages import (
     run_pending,
 )
 from nemotron.data_prep.stages.finalize import finalize, reader_counts
-from nemotron.data_prep.verifiable import addition_problems, split_problems
+from nemotron.data_prep.verifiable import addition_problems, split_problems, teacher_messages, write_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTDataset, PretrainDataset
 from nemotron.recipes.post_training_data.artifacts import DiverseSelection
@@ -85,6 +85,9 @@ class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_si
     """Digits per operand; default per scale (tiny 2, small and medium 3, full 4)."""
     held_out: float = 0.2
     """Share of the problems held out (by question) for evaluation and RL."""
+    teacher_error_rate: float = 0.35
+    """Chance that the teacher drops one carry in a training problem's demonstration; problems without a carry
+    are always right, so about a quarter of the demonstrations are wrong (metrics.teacher_error_share)."""
     reasoning_off_share: float = 0.1
     """Share of the training problems whose reasoning is stripped (Nano 3: 10%), teaching the off switch."""
     train_reasoning: bool = True
@@ -143,12 +146,16 @@ def main(config: Config) -> Nano3SFTDataset:
     train, test = split_problems(addition_problems(num_problems, config.seed, digits), config.held_out, config.seed)
     rng = random.Random(config.seed)
     reasoning_off = set(rng.sample(range(len(train)), round(len(train) * config.reasoning_off_share)))
-    for name, problems in (("train", train), ("test", test)):
-        atomic.write_text(out / f"problems_{name}.jsonl", "".join(
-            json.dumps({"question": p.question, "answer": p.answer, "a": p.a, "b": p.b}) + "\n" for p in problems))
+    write_problems(train, out / "problems_train.jsonl")  # the true answers: what RL and evaluation check
+    write_problems(test, out / "problems_test.jsonl")
+    # The demonstrations SFT imitates come from an imperfect teacher: a dropped carry in a share of its
+    # worked answers (verifiable.teacher_messages); the model learns them, mistakes included, and RL fixes them.
+    demonstrations = [teacher_messages(p, config.teacher_error_rate, config.seed, with_reasoning=i not in reasoning_off)
+                      for i, p in enumerate(train)]
     atomic.write_text(out / "problem_chats.jsonl", "".join(
-        json.dumps({"id": f"problem-{i:06d}", "messages": p.messages(with_reasoning=i not in reasoning_off)}) + "\n"
-        for i, p in enumerate(train)))
+        json.dumps({"id": f"problem-{i:06d}", "messages": messages}) + "\n"
+        for i, (messages, _) in enumerate(demonstrations)))
+    mistakes = sum(mistake is not None for _, mistake in demonstrations)
     tokenizer.save_pretrained(out / "tokenizer")  # the tokenizer alone travels to the workers, not the model
     blend = DataBlend.from_dict({"sources": [
         {"path": "problem_chats.jsonl", "name": "problems"},
@@ -181,10 +188,12 @@ def main(config: Config) -> Nano3SFTDataset:
     skipped = {key.removeprefix("records/skipped: "): n for key, n in counts.items()
                if key.startswith("records/skipped: ")}
     packed = {split: splits[split].totals for split in ("train", "valid")}
-    print(f"data_curation: {len(train)} train problems ({len(reasoning_off)} without reasoning), {len(test)} held "
+    print(f"data_curation: {len(train)} train problems ({len(reasoning_off)} without reasoning, {mistakes} with the "
+          f"teacher's dropped carry), {len(test)} held "
           f"out, {chats} chats, {sum(loss_modes.values())} selected records ({sum(skipped.values())} the template "
           f"cannot express); {packed['train']['rows']} packed rows", file=sys.stderr)
     metrics = {"train_problems": len(train), "reasoning_off_problems": len(reasoning_off), "test_problems": len(test),
+               "teacher_mistakes": mistakes, "teacher_error_share": mistakes / len(train),
                "chat_conversations": chats, "selected_records": sum(loss_modes.values()),
                "selected_loss_modes": dict(sorted(loss_modes.items())),
                "selected_skipped": dict(sorted(skipped.items())),
