@@ -277,9 +277,10 @@ def test_stages_piped_reuse_outputs_and_pass_all_artifacts_through(recipe):
 
     pipe = run(" | ".join(stage(name) for name in STAGES), cwd=recipe.out)
     assert pipe.returncode == 0, pipe.stderr[-3000:]
-    assert len(pipe.lines("[skip]")) == 9, pipe.stderr
+    assert len(pipe.lines("[skip]")) == 9, pipe.stderr  # the stages' nine steps (the benchmarks are the recipe's)
     assert not pipe.lines("[run ]"), pipe.stderr
-    assert digests(pipe.artifacts()) == digests(recipe.artifacts)
+    assert digests(pipe.artifacts()) == {kind: digest for kind, digest in digests(recipe.artifacts).items()
+                                         if kind in NINE}
 
 
 # ---------------------------------------------------------------------------------------------
