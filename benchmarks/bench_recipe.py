@@ -27,19 +27,20 @@ import tempfile
 import time
 from pathlib import Path
 
-STEPS = [f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
-         for step in ("data_curation", "training", "evaluation")]
-ONE_THREAD = [f"--{stage}.{step}.num-threads=1" for stage in ("stage0", "stage1", "stage2")
-              for step in ("training", "evaluation")]
+STEPS = [*(f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
+           for step in ("data_curation", "training", "evaluation")),
+         "nemotron/evaluation"]  # the tenth step: the final model's standard benchmarks
+ONE_THREAD = [*(f"--{stage}.{step}.num-threads=1" for stage in ("stage0", "stage1", "stage2")
+                for step in ("training", "evaluation")), "--benchmarks.num-threads=1"]
 
 
-# --quick: the same nine steps on one play (Macbeth), 2 optimizer steps each, a few evaluation items.
+# --quick: the same ten steps on one play (Macbeth), 2 optimizer steps each, a few evaluation items.
 QUICK = ["--stage0.data-curation.vocab-size", "1024", *(f"--stage{n}.training.steps=2" for n in range(3)),
          "--stage0.evaluation.benchmark-limit=2", "--stage0.evaluation.max-new-tokens=4",
          "--stage1.evaluation.benchmark-limit=2", "--stage1.evaluation.max-new-tokens=4",
          "--stage1.evaluation.max-conversations=16", "--stage1.evaluation.num-samples=1",
          "--stage2.evaluation.benchmark-limit=2", "--stage2.evaluation.max-new-tokens=4",
-         "--stage2.evaluation.max-items=16", "--stage2.evaluation.num-samples=1"]
+         "--stage2.evaluation.max-items=16", "--stage2.evaluation.num-samples=1", "--benchmarks.limit=2"]
 
 
 def one_play_blend(folder: Path) -> Path:

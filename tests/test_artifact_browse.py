@@ -113,7 +113,7 @@ def test_a_node_shows_its_details_and_curves_and_two_nodes_their_diff_in_a_real_
 
 
 @pytest.mark.slow
-def test_the_nine_steps_of_a_nano2_run_in_a_real_browser(nano2_run, tmp_path):
+def test_the_ten_steps_of_a_nano2_run_in_a_real_browser(nano2_run, tmp_path):
     from selenium.webdriver.common.by import By
 
     page = tmp_path / "runs.html"
@@ -121,7 +121,7 @@ def test_the_nine_steps_of_a_nano2_run_in_a_real_browser(nano2_run, tmp_path):
     assert done.returncode == 0, done.stderr
     metadata = {str(p.parent.relative_to(nano2_run.out)): json.loads(p.read_text())
                 for p in nano2_run.out.rglob(METADATA)}
-    assert len(metadata) == 9
+    assert len(metadata) == 10
     driver = headless_chromium()
     try:
         driver.get(page.as_uri())

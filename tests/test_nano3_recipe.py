@@ -76,7 +76,15 @@ def test_whole_recipe_report_card_shows_every_stage(nano3_run):
 def test_whole_recipe_rerun_skips_every_step(nano3_run):
     again = subprocess.run(recipe_command("nano3", nano3_run.out), capture_output=True, text=True,
                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}, timeout=600)
-    assert again.returncode == 0 and "10 skipped" in again.stderr, again.stderr[-1000:]
+    assert again.returncode == 0 and "11 skipped" in again.stderr, again.stderr[-1000:]
+
+
+def test_report_card_shows_the_standard_benchmarks_and_says_where_a_score_is_at_chance(nano3_run):
+    """issue 37: the final (RL) model on every standard task, each with its control, and the table says in
+    words where a score is at chance (within two standard errors of guessing or of one answer every time)."""
+    from test_benchmarks_standard import recipe_benchmark_rows
+
+    recipe_benchmark_rows(nano3_run.report_text, nano3_run.artifacts["standardbenchmarkresults"], "nano3rlcheckpoint")
 
 
 def test_the_trained_rl_model_reasons_apart_in_the_terminal_and_the_api(nano3_run, tmp_path):

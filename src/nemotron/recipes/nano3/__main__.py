@@ -7,6 +7,8 @@ model of the same active size.
   stage1_sft        worked problems + chat data -> SFT of the MoE model -> exact match, reasoning on / off
   stage2_rl         RL prompts + checker spec -> GRPO from the SFT model on the checkable task -> held-out
                     reward, SFT vs RL
+  evaluation        benchmarks: the standard benchmarks of the final (RL) model, each with a control
+                    (`python -m nemotron.evaluation`, 20 items per task at tiny)
 
 With `--post-training-data`, a stage before stage 1 runs the post-training data pipeline on its shipped demo
 records (normalize -> pools -> completion-NLL score -> embedding selection, `nemotron.recipes.post_training_data`)
@@ -31,8 +33,9 @@ import nemotron.recipes.nano3.stage2_rl.__main__ as stage2
 import nemotron.recipes.post_training_data.__main__ as post_training
 from nemotron.cli import run
 from nemotron.errors import NemotronError
+from nemotron.evaluation.settings import BenchmarkSettings
 from nemotron.recipes.nano3.report import write_report
-from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, refuse_overridden_flags
+from nemotron.recipes.orchestration import SUMMARY, RecipeSettings, benchmark_final_model, refuse_overridden_flags
 
 
 @dataclass
@@ -52,6 +55,9 @@ class Config(RecipeSettings):
     """Settings of stage 1's steps (see its `__main__ --help`)."""
     stage2: stage2.Config = field(default_factory=stage2.Config)
     """Settings of stage 2's steps (see its `__main__ --help`)."""
+    benchmarks: BenchmarkSettings = field(default_factory=BenchmarkSettings)
+    """Settings of the standard benchmarks of the final (RL) model (`python -m nemotron.evaluation --help`):
+    `--benchmarks.limit 100`, `--benchmarks.benchmarks mmlu,piqa`."""
 
 
 def main(config: Config) -> dict:
@@ -76,8 +82,9 @@ def main(config: Config) -> dict:
                               output_dir=config.output_dir / "stage1_sft", **shared))
     rl = stage2.main(replace(config.stage2, checkpoint_path=sft["nano3sftcheckpoint"].path,
                              output_dir=config.output_dir / "stage2_rl", **shared))
+    scored = benchmark_final_model(config.benchmarks, rl["nano3rlcheckpoint"], config.output_dir, **shared)
     SUMMARY["report"] = write_report(config.output_dir)
-    return {**pretrain, **sft, **rl}
+    return {**pretrain, **sft, **rl, scored.type: scored}
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
          *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation")),
-         *(("stage2_rl", step) for step in ("data_curation", "training", "evaluation"))]
+         *(("stage2_rl", step) for step in ("data_curation", "training", "evaluation")),
+         ("evaluation", "benchmarks")]  # the final model's standard benchmarks (orchestration.benchmark_final_model)
 
 
 def write_report(folder: Path) -> Path:
