@@ -157,13 +157,13 @@ def chat_samples(
     return [{"prompt": q, "completion": a} for q, a in zip(questions, answers)]
 
 
-SKILL_ANSWER_TOKENS = 8  # a greedy answer to a skill problem: a number and <|im_end|>; a few tokens spare
+SKILL_ANSWER_TOKENS = 6  # a greedy answer to a skill problem: a number and <|im_end|>; a few tokens spare
 
 
-def skill_scores(model: torch.nn.Module, tokenizer, problems: Sequence[dict], *, batch_size: int = 64) -> dict:
+def skill_scores(model: torch.nn.Module, tokenizer, problems: Sequence[dict], *, batch_size: int = 256) -> dict:
     """Per held-out skill problem (`{"question", "answer", "near_miss"}` records): "greedy" (the answer
     text), "right" (the checker accepts it), "p_right" and "p_near_miss" (the probability of writing exactly
-    that answer, then `<|im_end|>`, after the chat-formatted question)."""
+    that answer, then `<|im_end|>`, after the chat-formatted question; "logp_*": its log, a torch tensor)."""
     from nemotron.training.logprobs import completion_logprobs, evaluation_mode
 
     if not problems:
@@ -171,14 +171,14 @@ def skill_scores(model: torch.nn.Module, tokenizer, problems: Sequence[dict], *,
     prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
     greedy = greedy_samples(model, tokenizer, prompts, SKILL_ANSWER_TOKENS, stop_token_ids=[IM_END_ID, EOS_ID],
                             batch_size=batch_size)
-    probabilities = {}
+    logps = {}
     with evaluation_mode(model), torch.no_grad():
         for key in ("answer", "near_miss"):
             answers = [answer_ids(tokenizer, p[key]) for p in problems]
-            probabilities[key] = completion_logprobs(model, prompts, answers, batch_size=batch_size).exp().numpy()
+            logps[key] = completion_logprobs(model, prompts, answers, batch_size=batch_size).double()
     return {"greedy": greedy, "right": np.array([is_right(g, p["answer"]) for g, p in zip(greedy, problems)]),
-            "p_right": probabilities["answer"].astype(np.float64),
-            "p_near_miss": probabilities["near_miss"].astype(np.float64)}
+            "p_right": logps["answer"].exp().numpy(), "p_near_miss": logps["near_miss"].exp().numpy(),
+            "logp_right": logps["answer"], "logp_near_miss": logps["near_miss"]}
 
 
 def skill_metrics(name: str, scores: dict) -> dict:

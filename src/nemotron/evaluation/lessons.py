@@ -12,7 +12,8 @@ before for a higher-is-better measure, before - after for a lower-is-better one)
 the paired one, from the per-item differences (the same items, so most item-to-item variation cancels):
 std(difference, ddof=1) / sqrt(n). `verdict(lesson)` reads it in words, and `flipped(...)` picks, by
 a fixed rule (the first `k` in item order), the held-out items whose correctness this stage changed:
-the answers it fixed and the ones it broke.
+the answers it fixed and the ones it broke; `changed_chances(...)` does the same for a lesson that is a
+probability (the items whose chance of a right answer moved most).
 """
 
 from __future__ import annotations
@@ -81,3 +82,21 @@ def changed_answers(before_correct: Sequence[bool], after_correct: Sequence[bool
     return {"rule": f"the first {k} held-out items, in item order, whose correctness changed",
             "num_fixed": len(fixed), "num_broken": len(broken),
             "fixed": [rows[i] for i in fixed[:k]], "broken": [rows[i] for i in broken[:k]]}
+
+
+def changed_chances(before: Sequence[float], after: Sequence[float], rows: Sequence[dict], k: int = 5,
+                    by: float = 0.1) -> dict:
+    """The answers table of a stage whose lesson is a probability (the chance that a sampled answer is right):
+    how many held-out items it raised by more than `by` ("fixed") and lowered by more than `by` ("broken"),
+    and the `k` it raised most and the `k` it lowered most (ties in item order), their rows."""
+    if len(before) != len(after) or len(before) != len(rows):
+        raise NemotronError(f"{len(before)} items before, {len(after)} after and {len(rows)} rows; "
+                            "compare the same held-out items")
+    change = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    order = np.argsort(-change, kind="stable")
+    raised = [int(i) for i in order if change[i] > by]
+    lowered = [int(i) for i in order[::-1] if change[i] < -by]
+    return {"rule": f"the {k} held-out items whose chance of a right answer rose most, and the {k} where it fell "
+                    f"most (\"fixed\": up by more than {by:g}; \"broken\": down by more than {by:g})",
+            "num_fixed": len(raised), "num_broken": len(lowered),
+            "fixed": [rows[i] for i in raised[:k]], "broken": [rows[i] for i in lowered[:k]]}

@@ -68,7 +68,7 @@ class BenchmarkSettings:
     winogrande, boolq, lambada, gsm8k."""
     limit: int | None = None
     """Items per task (the first ones; MMLU's from every subject in turn); default: every item, and in a
-    recipe's benchmarks step a number by scale (tiny 20)."""
+    recipe's benchmarks step a number by scale (tiny 10)."""
     seed: int = 0
     """Seeds the control's derangement (which item lends each item its question)."""
     batch_size: int = 16

@@ -189,9 +189,9 @@ class RecipeSettings:
     """Re-run steps even when their output is up to date."""
 
 
-# Items per standard benchmark at full scale; apply_scale gives tiny 20 (5-7 s on the tiny models and a
-# standard error of about 0.1: enough to show a table, not to tell a model from chance), small 200, medium 600.
-FULL_BENCHMARK_ITEMS = 2_000
+# Items per standard benchmark at full scale; apply_scale gives tiny 10 (3-4 s on the tiny models and a
+# standard error of about 0.15: enough to show the table, not to tell a model from chance), small 100, medium 300.
+FULL_BENCHMARK_ITEMS = 1_000
 BENCHMARKS_FOLDER = Path("evaluation") / "benchmarks"  # under the recipe's output folder
 
 

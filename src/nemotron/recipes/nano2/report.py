@@ -6,8 +6,9 @@
 Starting from the last evaluation artifact, it follows the recorded inputs back to the raw sources
 and writes, next to the recipe output (`<folder>/report/`):
 
-  report.md         the headline numbers first (which way is better, what a tiny run reaches), the
-                    base / SFT / DPO metrics side by side with their directions, greedy answers of the
+  report.md         each stage's lesson first (its gain, standard error and verdict, the answers it
+                    changed), the skill stage by stage, the base / SFT / DPO metrics side by side with
+                    their directions, greedy answers of the
                     three models to the same held-out questions (each marked when copied from that
                     model's training data, `nemotron.trace`), wall time per step, settings, lineage
   loss_curves.png   training loss (line) and validation loss (dots) of each training step,
@@ -51,19 +52,6 @@ STEPS = [
 ]
 MODELS = ("base", "sft", "dpo")  # metric prefixes, in the order the recipe produces the models
 
-# The numbers a reader checks first: (artifact type, metric, what it measures, better, value at tiny).
-# The tiny values are those of the recipe README (seed 0); a run at another seed or thread count lands
-# near them, not on them.
-HEADLINE = (
-    ("pretrainresults", "bits_per_byte_vs_unigram", "stage 0: held-out bits per byte / unigram baseline's",
-     "lower", "0.70"),
-    ("sftresults", "sft_completion_nll", "stage 1: SFT completion NLL on test chats (nats/token)",
-     "lower", "3.97 (base 7.7)"),
-    ("sftresults", "sft_answer_accuracy_mutual_info", "stage 1: SFT answer accuracy, mutual information",
-     "higher", "0.51 (base 0.28, chance 0.25)"),
-    ("dporesults", "dpo_preference_accuracy", "stage 2: DPO preference accuracy on held-out pairs",
-     "higher", "0.71 (SFT 0.71)"),
-)
 LOWER_IS_BETTER = ("loss", "nll", "perplexity", "bits_per_byte")
 MUTUAL_INFO_NOTE = (
     "Why plain answer accuracy can fall while mutual-information accuracy rises: `answer_accuracy` picks "
@@ -102,40 +90,41 @@ def direction(measure: str) -> str:
     return ""
 
 
-def headline(artifacts: list[dict[str, Any]]) -> list[str]:
-    """The four numbers that say whether each stage worked, with direction and the tiny run's values."""
-    by_type = {art["type"]: art for art in artifacts}
-    lines = ["| measure | this run | better | a tiny run reaches |", "|---|---|---|---|"]
-    for kind, key, label, better, tiny in HEADLINE:
-        metrics = by_type.get(kind, {}).get("metrics", {})
-        if key == "bits_per_byte_vs_unigram" and metrics.get("unigram_bits_per_byte"):
-            value = metrics["bits_per_byte"] / metrics["unigram_bits_per_byte"]
-        else:
-            value = metrics.get(key)
-        lines.append(f"| {label} | {fmt(value) if value is not None else 'not run'} | {better} | {tiny} |")
-    return lines
-
-
 STAGES = {"pretrainresults": "stage 0: pretraining", "sftresults": "stage 1: SFT", "dporesults": "stage 2: DPO"}
 
 
 def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
-    """Each stage's lesson and the answers it changed (recipes.report_card), then what else DPO moved."""
+    """Each stage's lesson and the answers it changed (recipes.report_card), then the skill stage by stage:
+    what the teacher did, what SFT imitated, what DPO's judged pairs changed."""
     md = lessons_section(artifacts, STAGES)
-    dpo = [a["metrics"] for a in artifacts if a["type"] == "dporesults"]
-    if dpo and "dpo_preference_accuracy_by_kind" in dpo[-1]:
-        metrics = dpo[-1]
-        md += ["", "### stage 2: DPO, finer measures", "",
-               "Preference accuracy per kind of rejected answer (each tests another skill), and DPO's implicit "
-               "reward against its SFT reference on the held-out pairs.", "",
-               "| rejected kind | SFT | DPO |", "|---|---|---|"]
-        sft_kinds = metrics.get("sft_preference_accuracy_by_kind", {})
-        md += [f"| {kind} | {fmt(sft_kinds.get(kind, ''))} | {fmt(value)} |"
-               for kind, value in metrics["dpo_preference_accuracy_by_kind"].items()]
-        md += ["", f"Reward accuracy {fmt(metrics.get('reward_accuracy', ''))}, reward margin "
-               f"{fmt(metrics.get('reward_margin', ''))} (beta {fmt(metrics.get('beta', ''))}; above 0.5 and "
-               "above 0: DPO separates chosen from rejected beyond what SFT did)."]
-    return md + ([""] if md else [])
+    by_type = {a["type"]: a.get("metrics", {}) for a in artifacts}
+    sft, dpo, data, pairs = (by_type.get(kind, {}) for kind in ("sftresults", "dporesults", "sftdataset",
+                                                                 "preferencedataset"))
+    if "sft_skill_p_right" not in sft:
+        return md + ([""] if md else [])
+    rows = [("greedy answer right (the checker)", "skill_accuracy"),
+            ("chance of a right answer (exact, per problem)", "skill_p_right"),
+            ("chance of the teacher's mistake (the near miss)", "skill_p_near_miss")]
+    md += ["", "### The skill, stage by stage", "",
+           f"\"Which is the largest\" on {sft.get('sft_skill_num_problems')} held-out problems. The SFT teacher "
+           f"answered {fmt(data.get('teacher_error_share', ''))} of its demonstrations with the second-largest "
+           "number (a near miss); SFT learns it as a habit of its samples, and DPO, trained on pairs of the SFT "
+           "model's own answers judged by the checker, pushes it down. Each value ± its standard error.", "",
+           "| measure | base | SFT | DPO |", "|---|---|---|---|"]
+    for label, key in rows:
+        md.append(f"| {label} | " + " | ".join(
+            f"{fmt(m[f'{name}_{key}'])} ± {m[f'{name}_{key}_stderr']:.2g}" if f"{name}_{key}" in m else ""
+            for name, m in (("base", sft), ("sft", sft), ("dpo", dpo))) + " |")
+    if dpo:
+        md += [f"| held-out pairs: right answer above the near miss (per token) | | "
+               f"{fmt(dpo.get('sft_preference_accuracy', ''))} | {fmt(dpo.get('dpo_preference_accuracy', ''))} |",
+               f"| chat: completion NLL on the stage-1 test chats (lower is better) | | "
+               f"{fmt(dpo.get('sft_completion_nll', ''))} | {fmt(dpo.get('dpo_completion_nll', ''))} |", "",
+               f"DPO's implicit reward on the held-out pairs (beta {fmt(dpo.get('beta', ''))}): accuracy "
+               f"{fmt(dpo.get('reward_accuracy', ''))}, margin {fmt(dpo.get('reward_margin', ''))}. Its training "
+               f"pairs, by the kind of rejected answer, and the problems that gave none: "
+               f"{', '.join(f'{k} {v}' for k, v in pairs.get('judged', {}).items())}."]
+    return md + [""]
 
 
 def samples_table(artifacts: list[dict[str, Any]]) -> list[str]:
@@ -210,8 +199,6 @@ def write_report(folder: Path) -> Path:
         f", commit `{(producer.get('git_commit') or 'unknown')[:12]}`",
         "",
         "## Did it work?",
-        "",
-        *headline(artifacts),
         "",
         *lesson_lines(artifacts),
         "## Results: base (stage 0) vs SFT (stage 1) vs DPO (stage 2), on held-out data",

@@ -77,6 +77,10 @@ from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 FULL_CONVERSATIONS = 1_000_000
 # Skill problems per scale: 2,000 to train on at tiny (and 500 held out) sit beside chatterbot's ~700 chats.
 SKILL_PROBLEMS = {"tiny": 2_500, "small": 5_000, "medium": 20_000, "full": 100_000}
+# The skill's demonstrations are one chat source, read from this file; its conversations get its name as
+# their category (the evaluation steps tell the skill's chats from the others by it).
+SKILL_CHATS = "skill_chats.jsonl"
+SKILL_CATEGORY = "skill_chats"
 # Tokens per packed row: the stage-0 sequence length of each scale, so SFT never runs the model past
 # the context it was pretrained on. At tiny, chatterbot chats are ~40 tokens (median), so a 256-token
 # row holds about five of them with ~98% of its slots used, and short rows keep CPU attention cheap.
@@ -139,7 +143,7 @@ def main(config: Config) -> SFTDataset:
     # --- the skill: seeded "which is the largest" problems, split by the numbers asked; the training ones
     # answered by an imperfect teacher (its near miss in a stated share), then read like any chat source ---
     skill = skill_problems(config, out)
-    blend, sources = chat_sources(config, skill_chats=out / "skill_chats.jsonl" if skill["train"] else None)
+    blend, sources = chat_sources(config, skill_chats=out / SKILL_CHATS if skill["train"] else None)
     items, input_fingerprint = plan_conversation_items(blend, [ref.digest for ref in sources], WORK_ITEM_BYTES)
 
     # --- stages, pass 1: read -> signatures; the driver: scale cap, validation, dedup, grouped split ---
@@ -230,7 +234,7 @@ def skill_problems(config: Config, out: Path) -> dict:
     write_problems(train, out / "skill_train.jsonl")
     write_problems(test, out / "skill_test.jsonl")
     demonstrations = [teacher_messages(p, config.teacher_error_rate, config.seed) for p in train]
-    atomic.write_text(out / "skill_chats.jsonl", "".join(json.dumps({"id": f"largest/{i}", "messages": messages}) + "\n"
+    atomic.write_text(out / SKILL_CHATS, "".join(json.dumps({"id": f"largest/{i}", "messages": messages}) + "\n"
                                                         for i, (messages, _) in enumerate(demonstrations)))
     return {"train": train, "test": test, "mistakes": sum(mistake is not None for _, mistake in demonstrations)}
 

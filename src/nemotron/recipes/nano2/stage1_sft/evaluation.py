@@ -62,6 +62,7 @@ from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.verifiable import read_problems
 from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
+from nemotron.recipes.nano2.stage1_sft.data_curation import SKILL_CATEGORY
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out conversations scored at full scale; apply_scale gives tiny 1,000 (all of chatterbot's test split).
@@ -110,9 +111,12 @@ def main(config: Config) -> SFTResults:
 
     # --- data: held-out conversations and the multiple-choice items built from them ---
     limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
-    conversations = read_conversations(dataset.test_conversations)[:limit]
-    items = answer_items(conversations, config.num_distractors, config.seed)
-    questions = sample_questions(conversations, config.num_samples)
+    everything = read_conversations(dataset.test_conversations)
+    conversations = everything[:limit]
+    # The answer test and the chat samples are about the chat (chatterbot); the skill has its own measures.
+    chats = [c for c in everything if c.get("category") != SKILL_CATEGORY][:limit]
+    items = answer_items(chats, config.num_distractors, config.seed)
+    questions = sample_questions(chats, config.num_samples)
     problems = read_problems(dataset.test_problems, limit)  # the skill's held-out problems
 
     # --- evaluate: the same numbers for both models, one model in memory at a time ---
@@ -133,7 +137,7 @@ def main(config: Config) -> SFTResults:
             samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
                                                   config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
             # the skill: the greedy answer checked, and the exact chance that a sampled answer is right
-            skill[name] = skill_scores(model, tokenizers[name], problems, batch_size=config.batch_size)
+            skill[name] = skill_scores(model, tokenizers[name], problems)
             metrics |= skill_metrics(name, skill[name])
 
         # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---

@@ -1,4 +1,4 @@
-"""nano2 stage 2, end to end: preference pairs -> DPO -> SFT vs DPO on held-out pairs.
+"""nano2 stage 2, end to end: judged pairs of the SFT model's answers -> DPO -> SFT vs DPO on held-out problems.
 
     python -m nemotron.recipes.nano2.stage2_alignment --scale tiny \\
         --checkpoint-path runs/nano2/stage1_sft/training --dataset-path runs/nano2/stage1_sft/data_curation
@@ -32,7 +32,7 @@ class Config:
     checkpoint_artifact: str | None = None
     """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     dataset_path: Path | None = None
-    """The stage-1 SFTDataset folder (its conversations become preference pairs); default: stdin."""
+    """The stage-1 SFTDataset folder (its skill problems are what the SFT model answers); default: stdin."""
     dataset_artifact: str | None = None
     """Or a tracked reference (`TYPE:latest` or `TYPE:vN`, resolved by the active tracker) instead of the path."""
     output_dir: Path = Path("runs/nano2/stage2_alignment")
@@ -64,9 +64,10 @@ def main(config: Config) -> dict:
 
     pairs = run_step(
         data_curation.main,
-        replace(config.data_curation, dataset_path=sft_data.path, output_dir=out / "data_curation", **shared),
+        replace(config.data_curation, checkpoint_path=sft.path, dataset_path=sft_data.path,
+                output_dir=out / "data_curation", **shared),
         data_curation.PreferenceDataset,
-        inputs=[sft_data],
+        inputs=[sft, sft_data],
         force=config.force,
     )
     checkpoint = run_step(

@@ -60,10 +60,9 @@ from nemotron.data_prep.verifiable import is_right, read_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PreferenceDataset, SFTCheckpoint, SFTDataset
 
-# Prompts sampled at full scale; apply_scale gives tiny 1,000 (of the 2,000 training problems). At tiny, 4
-# answers each from the SFT model leave ~85% of the prompts with a right and a wrong answer: ~850 pairs,
-# more than one epoch of DPO's steps needs, for ~4 s of sampling.
-FULL_PROMPTS = 100_000
+# Prompts sampled at full scale; apply_scale gives tiny 600 (of the 2,000 training problems). At tiny, 4
+# answers each from the SFT model leave ~75% of the prompts with a right and a wrong answer: ~450 pairs.
+FULL_PROMPTS = 60_000
 # The longest pair trained on (prompt + the longer answer, in tokens).
 MAX_LENGTH = {"tiny": 128, "small": 256, "medium": 1024, "full": 4096}
 
@@ -83,7 +82,7 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
     pairs_path: Path | None = None
     """Your own training pairs (JSONL: prompt, chosen, rejected) instead of sampling and judging."""
     num_prompts: int | None = None
-    """Training problems the SFT model answers; default per scale (tiny 1,000)."""
+    """Training problems the SFT model answers; default per scale (tiny 600)."""
     samples_per_prompt: int = 4
     """Answers sampled per problem (more: more problems with both a right and a wrong answer)."""
     temperature: float = 1.0

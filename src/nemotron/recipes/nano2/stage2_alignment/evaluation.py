@@ -41,11 +41,12 @@ from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
-from nemotron.data_prep.preference import read_pairs, tokenize_pairs
+from nemotron.data_prep.preference import read_pairs
 from nemotron.data_prep.verifiable import read_problems
 from nemotron.errors import NemotronError
 from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
+from nemotron.recipes.nano2.stage1_sft.data_curation import SKILL_CATEGORY
 from nemotron.trackers import get_lineage_tracker
 
 # Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
@@ -82,10 +83,9 @@ def main(config: Config) -> DPOResults:
     from nemotron.evaluation.chat import chat_samples, conversation_nll, sample_questions, skill_metrics, skill_scores
     from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, preference_task
     from nemotron.evaluation.language_modeling import mean_nll
-    from nemotron.evaluation.lessons import changed_answers, lesson
+    from nemotron.evaluation.lessons import changed_chances, lesson
     from nemotron.models.loading import load_model
     from nemotron.training.dpo import reward_metrics
-    from nemotron.training.logprobs import pair_logprobs
 
     lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
     checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
@@ -98,9 +98,11 @@ def main(config: Config) -> DPOResults:
     # --- data: the held-out skill problems and pairs, the stage-1 test chats ---
     limit = config.max_items or apply_scale(FULL_EVAL_ITEMS, config.scale)
     problems = read_problems(sft_dataset.test_problems, limit)
-    pairs = read_pairs(pairs_dataset.test_pairs)[:limit]
-    conversations = read_conversations(sft_dataset.test_conversations)[:limit]
-    questions = sample_questions(conversations, config.num_samples)
+    pairs = read_pairs(pairs_dataset.test_pairs)[:limit]  # for lm-eval's copy of the preference test
+    everything = read_conversations(sft_dataset.test_conversations)
+    conversations = everything[:limit]
+    questions = sample_questions([c for c in everything if c.get("category") != SKILL_CATEGORY],
+                                 config.num_samples)  # chat questions: the skill has its own measures
 
     # --- evaluate: the skill, the pairs' log-probs and the chats, per model ---
     out = mark_unfinished(config.output_dir)
@@ -108,12 +110,12 @@ def main(config: Config) -> DPOResults:
     with evaluation_threads(config.num_threads):
         for name, source in (("sft", sft), ("dpo", checkpoint)):
             model, tokenizers[name] = load_model(source.model_dir)
-            skill[name] = skill_scores(model, tokenizers[name], problems, batch_size=config.batch_size)
+            skill[name] = skill_scores(model, tokenizers[name], problems)
             metrics |= skill_metrics(name, skill[name])
-            prompts, chosen, rejected = tokenize_pairs(tokenizers[name], pairs)
-            logps[name] = pair_logprobs(model, prompts, chosen, rejected, batch_size=config.batch_size)
-            lengths = ([len(ids) for ids in chosen], [len(ids) for ids in rejected])
-            prefers[name] = pair_preferences(*logps[name], *lengths)
+            # The held-out pairs are these problems' right answer against the teacher's near miss
+            # (preference.reference_pairs): their log-probs are the ones just computed.
+            logps[name] = (skill[name]["logp_right"], skill[name]["logp_near_miss"])
+            prefers[name] = pair_preferences(*logps[name], *pair_lengths(tokenizers[name], problems))
             metrics[f"{name}_preference_accuracy"] = sum(prefers[name]) / len(prefers[name])
             chat_nll[name] = mean_nll(*conversation_nll(model, tokenizers[name], conversations,
                                                         batch_size=config.batch_size))[0]
@@ -132,14 +134,15 @@ def main(config: Config) -> DPOResults:
             lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
     # The SFT model is DPO's reference: its log-probs of the same answers turn into the implicit rewards.
     rewards = reward_metrics(*logps["dpo"], *logps["sft"], beta=beta)
-    metrics |= rewards | {"beta": beta, "num_pairs": len(pairs)}
+    metrics |= rewards | {"beta": beta, "num_pairs": len(problems)}
     # The lesson: per held-out problem, the chance that a sampled answer is right, SFT -> DPO (paired); and
     # the problems whose greedy answer DPO made right, or wrong.
     metrics["lesson"] = lesson("held-out chance of a right answer per problem (its exact probability), SFT -> DPO",
                                skill["sft"]["p_right"], skill["dpo"]["p_right"])
-    metrics["changed_answers"] = changed_answers(skill["sft"]["right"], skill["dpo"]["right"], [
-        {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
-        for p, before, after in zip(problems, skill["sft"]["greedy"], skill["dpo"]["greedy"])])
+    metrics["changed_answers"] = changed_chances(skill["sft"]["p_right"], skill["dpo"]["p_right"], [
+        {"question": p["question"], "expected": p["answer"],
+         "before": chances(skill["sft"], i, p["near_miss"]), "after": chances(skill["dpo"], i, p["near_miss"])}
+        for i, p in enumerate(problems)])
     metrics["wall_seconds"] = time.perf_counter() - started
 
     # --- save ---
@@ -165,12 +168,27 @@ def main(config: Config) -> DPOResults:
         reward_margin=rewards["reward_margin"],
         sft_completion_nll=chat_nll["sft"],
         dpo_completion_nll=chat_nll["dpo"],
-        num_pairs=len(pairs),
+        num_pairs=len(problems),
         samples_path=out / "samples.json",
         harness=config.harness,
         **lm_eval,
         metrics=metrics,
     ).save()
+
+
+def chances(scores: dict, i: int, near_miss: str) -> str:
+    """Problem i as a report-card cell: the chance of the right answer and of the teacher's near miss, and
+    the greedy answer."""
+    return (f"right {scores['p_right'][i]:.0%}, {near_miss} (the near miss) {scores['p_near_miss'][i]:.0%}; "
+            f"greedy {scores['greedy'][i]!r}")
+
+
+def pair_lengths(tokenizer, problems: list[dict]) -> tuple[list[int], list[int]]:
+    """Tokens of each problem's right answer and of its near miss, as DPO scores them (with `<|im_end|>`)."""
+    from nemotron.data_prep.preference import answer_ids
+
+    return ([len(answer_ids(tokenizer, p["answer"])) for p in problems],
+            [len(answer_ids(tokenizer, p["near_miss"])) for p in problems])
 
 
 def pair_preferences(chosen, rejected, chosen_lengths: list[int], rejected_lengths: list[int]) -> list[bool]:

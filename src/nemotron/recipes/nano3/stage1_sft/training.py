@@ -43,9 +43,9 @@ from nemotron.training.settings import FineTuningSettings
 
 # Passes over the packed training rows per scale (the steps follow from the data; --patience stops earlier
 # when the validation loss stops improving). Tiny: 800 problems in ~350 rows; a two-digit sum is learnt
-# column by column, digit facts and carries, which takes many passes over so few problems: 12 passes of
-# 4 rows a step (~1,050 steps); the README's "How long SFT trains" shows the held-out curve that chose it.
-EPOCHS = {"tiny": 12.0, "small": 3.0, "medium": 2.0, "full": 1.0}
+# column by column, digit facts and carries, which takes many passes over so few problems: 10 passes of
+# 4 rows a step (~870 steps); the README's "How long SFT trains" shows the held-out curve that chose it.
+EPOCHS = {"tiny": 10.0, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 400, "small": 1000, "medium": 4000, "full": 20000}
 
