@@ -112,6 +112,12 @@ class Addition:
         answer = str(int("".join(map(str, reversed(digits)))))
         return "; ".join(steps) + f". So {self.a} + {self.b} = {answer}.", answer
 
+    @property
+    def dropped_carry_answers(self) -> set[str]:
+        """Every answer the teacher's mistake gives (one carry dropped, whichever): what a model that imitated
+        the mistake writes."""
+        return {self.worked(drop)[1] for drop in range(1, self.carries + 1)}
+
     def messages(self, with_reasoning: bool = True, drop: int = 0) -> list[dict]:
         """The problem as a nano3 conversation: the question and the worked answer (reasoning optional);
         `drop` as in `worked`."""

@@ -13,6 +13,7 @@ writes `runs/nano3/report/`:
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,9 @@ def write_report(folder: Path) -> Path:
                *comparison(results[-1]["metrics"])]
     sft = [a for a in artifacts if a["type"] == "nano3sftresults"]
     if sft:
+        data = next((a["metrics"] for a in artifacts if a["type"] == "nano3sftdataset"), {})
         md += ["", "## Stage 1: exact match on held-out problems, base vs SFT (± one standard error)", "",
-               *exact_match(sft[-1]["metrics"])]
+               *exact_match(sft[-1]["metrics"], data)]
     rl = [a for a in artifacts if a["type"] == "nano3rlresults"]
     if rl:
         md += ["", "## Stage 2: GRPO, held-out reward and exact match (reasoning on), SFT vs RL", "",
@@ -60,6 +62,7 @@ def write_report(folder: Path) -> Path:
     if policies:
         plot_reward(policies[-1]["metrics_path"], out / "reward.png")
         md += ["", "![GRPO reward per step](reward.png)"]
+    md += samples_table(artifacts)
     checkpoints = [a for a in artifacts if a["type"] in ("nano3pretraincheckpoint", "nano3sftcheckpoint")]
     if checkpoints:
         plot_loss_curves(checkpoints, out / "loss_curves.png")
@@ -106,6 +109,27 @@ def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
     return md + [""]
 
 
+def samples_table(artifacts: list[dict[str, Any]]) -> list[str]:
+    """Greedy answers of base, SFT and RL to the same held-out questions, reasoning on (the stage-1 and
+    stage-2 evaluations' samples.json): the worked steps and the answer each model gives."""
+    rows: dict[str, dict[str, str]] = {}
+    for kind in ("nano3sftresults", "nano3rlresults"):
+        for art in (a for a in artifacts if a["type"] == kind and a.get("samples_path")):
+            for sample in json.loads(Path(art["samples_path"]).read_text(encoding="utf-8")):
+                if sample.get("reasoning", "on") == "on":
+                    rows.setdefault(sample["question"], {"answer": sample["answer"]})[sample["model"]] = \
+                        sample["completion"]
+    if not rows:
+        return []
+    lines = ["", "## What the models say", "",
+             "Greedy answers to held-out questions (never trained on), reasoning on: the worked steps, `</think>`, "
+             "then the answer.", "", "| question | right answer | base | SFT | RL |", "|---|---|---|---|---|"]
+    for question, row in rows.items():
+        lines.append(f"| {report_card.cell(question)} | {row['answer']} | " + " | ".join(
+            report_card.cell(row.get(model, ""), width=140) for model in ("base", "sft", "rl")) + " |")
+    return lines
+
+
 def comparison(metrics: dict[str, Any]) -> list[str]:
     rows = [("held-out bits per byte", "bits_per_byte"), ("held-out loss (nats/token)", "validation_loss"),
             ("perplexity", "perplexity"), ("parameters", "parameters"), ("training steps", "steps"),
@@ -120,8 +144,13 @@ def comparison(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
-def exact_match(metrics: dict[str, Any]) -> list[str]:
-    lines = ["| reasoning | base | SFT |", "|---|---|---|"]
+def exact_match(metrics: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    lines = []
+    if "teacher_error_share" in data:
+        lines += [f"The demonstrations came from an imperfect teacher: {fmt(data['teacher_error_share'])} of its "
+                  "worked answers drop one carry (`--teacher-error-rate`); SFT learns them, mistakes included, and "
+                  "RL's checker rewards the right sums.", ""]
+    lines += ["| reasoning | base | SFT |", "|---|---|---|"]
     for mode in ("on", "off"):
         keys = [f"{model}_exact_match_reasoning_{mode}" for model in ("base", "sft")]
         cells = [f"{fmt(metrics[key])} ± {fmt(metrics[key + '_stderr'])}" for key in keys]
@@ -138,6 +167,9 @@ def rl_table(metrics: dict[str, Any]) -> list[str]:
              f"{fmt(metrics['rl_reward'])} |",
              f"| exact match (greedy) | {fmt(metrics['sft_exact_match'])} ± {fmt(metrics['sft_exact_match_stderr'])} | "
              f"{fmt(metrics['rl_exact_match'])} ± {fmt(metrics['rl_exact_match_stderr'])} |"]
+    if "sft_dropped_carry_share" in metrics:
+        lines.append(f"| sampled answers that drop a carry (the teacher's mistake) | "
+                     f"{fmt(metrics['sft_dropped_carry_share'])} | {fmt(metrics['rl_dropped_carry_share'])} |")
     verdict = "above" if metrics["gain_above_two_stderr"] else "not above"
     lines.append(f"\nHeld-out reward gain RL - SFT: {fmt(metrics['reward_gain'])} ± "
                  f"{fmt(metrics['reward_gain_stderr'])} "

@@ -28,7 +28,7 @@ from nemotron import atomic
 from nemotron.artifact import apply_scale, mark_unfinished
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
-from nemotron.data_prep.verifiable import final_answer, read_problems, reward
+from nemotron.data_prep.verifiable import Addition, final_answer, read_problems, reward
 from nemotron.errors import NemotronError
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLResults, Nano3SFTCheckpoint, Nano3SFTDataset
@@ -50,8 +50,8 @@ class Config(EvaluationSettings):
     """Sampling temperature of the held-out reward: GRPO's (training.py --temperature)."""
     max_new_tokens: int = 112
     """Tokens generated per answer (reasoning on; a worked sum with its answer is 60-100 tokens)."""
-    batch_size: int = 16
-    """Prompts per generate call."""
+    batch_size: int = 64
+    """Prompts per generate call (x --samples-per-problem rows when sampling)."""
     output_dir: Path = Path("runs/nano3/stage2_rl/evaluation")
 
 
@@ -76,6 +76,8 @@ def main(config: Config) -> Nano3RLResults:
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
     greedy, sampled, exact, samples, given = {}, {}, {}, [], {}
+    mistakes = [Addition(p["a"], p["b"]).dropped_carry_answers for p in problems]
+    imitated = {"sft": 0, "rl": 0}  # sampled answers that are a dropped carry's, per model
     with evaluation_threads(config.num_threads):
         for name, checkpoint in (("sft", sft), ("rl", rl)):
             model, tokenizer = load_model(checkpoint.model_dir)
@@ -98,6 +100,8 @@ def main(config: Config) -> Nano3RLResults:
                 texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in ids]
                 scores = [reward(t, batch[i // k]["answer"]) for i, t in enumerate(texts)]
                 sampled[name] += [sum(scores[i * k : (i + 1) * k]) / k for i in range(len(batch))]
+                # the teacher's mistake, imitated: a sampled answer that a dropped carry gives
+                imitated[name] += sum(final_answer(t) in mistakes[start + i // k] for i, t in enumerate(texts))
 
     out = mark_unfinished(config.output_dir)
     atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
@@ -116,6 +120,7 @@ def main(config: Config) -> Nano3RLResults:
         "sft_greedy_reward": sum(greedy["sft"]) / n, "rl_greedy_reward": sum(greedy["rl"]) / n,
         "greedy_reward_gain": greedy_gain, "greedy_reward_gain_stderr": greedy_gain_stderr,
         "num_problems": n,
+        **{f"{name}_dropped_carry_share": imitated[name] / (n * config.samples_per_problem) for name in imitated},
         # The lesson (the reward GRPO maximised, per held-out question, SFT -> RL, paired), and the
         # questions whose greedy answer RL fixed or broke.
         "lesson": lesson(f"held-out reward per question (mean of {config.samples_per_problem} samples at "

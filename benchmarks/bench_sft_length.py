@@ -1,0 +1,116 @@
+"""How long should SFT train? Its held-out measures at shares of the default length, from one recipe run.
+
+SFT's length is a number of passes over its data (`--epochs`, the step's EPOCHS). It is chosen where the
+result no longer hinges on the last bits: the held-out measures flat (within their standard error) from 20%
+fewer passes to 20% more. This script re-runs SFT from a finished recipe run's stage-0 model and SFT data at
+each share of the default (0.6 0.8 1.0 1.2 1.4 by default), evaluates each with the recipe's own SFT
+evaluation step, and prints the curve, and whether the points at 0.8 and 1.2 sit within one standard error
+of the default's.
+
+    python -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2       # the run to start from
+    python benchmarks/bench_sft_length.py --recipe nano2 --run runs/nano2 --json sft_length.json
+    python benchmarks/bench_sft_length.py --recipe nano3 --run runs/nano3 --fractions 0.8 1 1.2
+    python benchmarks/bench_sft_length.py --quick                                # a few steps, 2 points
+
+stdout: one JSON line per point, then the summary (the largest distance from the default, in standard errors).
+`--json FILE` writes what `scripts/readme_results.py RECIPE sft_length FILE` puts in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Per recipe: the SFT steps, the default passes, and what is read from the evaluation artifact: the measure
+# the flatness is judged on (a metrics key and its standard error's), then the other columns shown.
+RECIPES = {
+    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training",
+              "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",
+              "measure": ("sft_skill_accuracy", "sft_skill_accuracy_stderr", "greedy answers right on held-out "
+                          "skill problems"),
+              "columns": [("held-out skill: greedy right", "sft_skill_accuracy", "sft_skill_accuracy_stderr"),
+                          ("chance of a right answer", "sft_skill_p_right", "sft_skill_p_right_stderr"),
+                          ("chance of the near miss", "sft_skill_p_near_miss", "sft_skill_p_near_miss_stderr")]},
+    "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training",
+              "evaluation": "nemotron.recipes.nano3.stage1_sft.evaluation",
+              "measure": ("sft_exact_match_reasoning_on", "sft_exact_match_reasoning_on_stderr",
+                          "held-out exact match (greedy, reasoning on)"),
+              "columns": [("exact match, reasoning on", "sft_exact_match_reasoning_on",
+                           "sft_exact_match_reasoning_on_stderr")]},
+}
+
+
+def step(module: str, *flags: str) -> dict:
+    """Run one recipe step as a user would; its artifact's metadata."""
+    done = subprocess.run([sys.executable, "-m", module, *flags], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: python -m {module} {' '.join(flags)} exited {done.returncode}:\n"
+                         f"{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="nano2")
+    parser.add_argument("--run", type=Path, help="a finished tiny recipe run (its stage0_pretrain and stage1_sft)")
+    parser.add_argument("--fractions", nargs="+", type=float, default=[0.6, 0.8, 1.0, 1.2, 1.4])
+    parser.add_argument("--output-dir", type=Path, default=None, help="keep the SFT runs here (default: temp)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the curve here (for the README)")
+    parser.add_argument("--quick", action="store_true", help="make a tiny run first; 2 points of a few steps")
+    args = parser.parse_args()
+    spec = RECIPES[args.recipe]
+    root = args.output_dir or Path(tempfile.mkdtemp(prefix="bench_sft_length_"))
+    run = args.run
+    if args.quick:  # the same path on a minute's work: the quick recipe of bench_lessons, then 2 short points
+        from bench_lessons import QUICK
+
+        run = root / "run"
+        subprocess.run([sys.executable, "-m", "nemotron.recipes.nano2", "--scale", "tiny", "--output-dir", str(run),
+                        *QUICK], check=True, capture_output=True)
+        args.recipe, spec, args.fractions = "nano2", RECIPES["nano2"], [0.5, 1.0]
+    if run is None or not (run / "stage1_sft" / "training" / "metadata.json").exists():
+        raise SystemExit("error: --run must be a finished recipe run folder (python -m nemotron.recipes.nano2 "
+                         "--scale tiny --output-dir runs/nano2 makes one)")
+    default = json.loads((run / "stage1_sft" / "training" / "metadata.json").read_text())
+    epochs = default["config"].get("epochs") or default["steps"] * default["config"]["micro_batch_size"] / \
+        json.loads((run / "stage1_sft" / "data_curation" / "metadata.json").read_text())["num_train_rows"]
+    seed = default["seed"]
+    points = []
+    for fraction in args.fractions:
+        out = root / f"sft_{fraction:g}"
+        flags = ["--dataset-path", str(run / "stage1_sft" / "data_curation"), "--checkpoint-path",
+                 str(run / "stage0_pretrain" / "training"), "--output-dir", str(out / "training"), "--seed", str(seed)]
+        flags += ["--steps", str(max(1, round(default["steps"] * fraction)))] if args.quick else \
+            ["--epochs", f"{epochs * fraction:.4g}"]
+        trained = step(spec["training"], *flags)
+        scored = step(spec["evaluation"], "--checkpoint-path", str(out / "training"), "--output-dir",
+                      str(out / "evaluation"))["metrics"]
+        key, error, _ = spec["measure"]
+        point = {"fraction": fraction, "epochs": round(epochs * fraction, 3), "steps": trained["steps"],
+                 "value": scored[key], "standard_error": scored[error],
+                 "cells": [f"{scored[k]:.3f} ± {scored[e]:.3f}" for _, k, e in spec["columns"]]}
+        points.append(point)
+        print(json.dumps(point))
+        print(f"bench_sft_length: {args.recipe} x{fraction:g} ({point['epochs']:g} passes, {point['steps']} steps): "
+              + ", ".join(f"{name} {cell}" for (name, _, _), cell in zip(spec["columns"], point["cells"])),
+              file=sys.stderr)
+    base = next((p for p in points if p["fraction"] == 1.0), points[0])
+    distance = max(abs(p["value"] - base["value"]) / (base["standard_error"] or 1.0)
+                   for p in points if 0.8 <= p["fraction"] <= 1.2)
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "recipe": args.recipe, "date": time.strftime("%Y-%m-%d"), "seed": seed, "default_epochs": epochs,
+            "measure": spec["measure"][2], "columns": [name for name, _, _ in spec["columns"]],
+            "points": points}, indent=1) + "\n")
+    print(f"bench_sft_length: from 0.8x to 1.2x the default, {spec['measure'][2]} stays within {distance:.2f} "
+          "standard errors of the default's", file=sys.stderr)
+    print(json.dumps({"max_distance_in_standard_errors_within_20_percent": round(distance, 3)}))
+
+
+if __name__ == "__main__":
+    main()

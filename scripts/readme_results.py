@@ -1,0 +1,165 @@
+"""Write a recipe README's result tables from what was measured, so no figure in them is typed by hand.
+
+Each table lives between two markers in the README, with the data it was drawn from beside it:
+
+    <!-- results:NAME (scripts/readme_results.py writes this block; do not edit it by hand) -->
+    <!-- data: {...} -->
+    | ... the table ... |
+    <!-- /results:NAME -->
+
+and `render(NAME, data)` draws it again from that data: `tests/test_readme_results.py` checks that every
+block is what `render` makes of its data, and that a README's "Expected results" section states no figure
+outside its blocks. Three blocks per recipe README, each from its own source:
+
+    python scripts/readme_results.py nano2 expected runs/nano2             # a recipe run: lessons, step times
+    python scripts/readme_results.py nano2 lessons lessons.json            # bench_lessons.py --json
+    python scripts/readme_results.py nano2 sft_length sft_length.json      # bench_sft_length.py --json
+
+The data of `expected` is read from the run's artifacts alone: each stage's lesson, each step's seconds, and
+the run's date, commit, seed and torch threads; the machine's matmul speed is measured when the block is
+written (run it on the machine that ran the recipe).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README = {recipe: REPO / "src" / "nemotron" / "recipes" / recipe / "README.md" for recipe in ("nano2", "nano3")}
+# The evaluation steps holding each stage's lesson, and every step of a run, in order.
+LESSONS = {
+    "nano2": [("stage 0: pretraining", "stage0_pretrain/evaluation"), ("stage 1: SFT", "stage1_sft/evaluation"),
+              ("stage 2: DPO", "stage2_alignment/evaluation")],
+    "nano3": [("stage 0: pretraining", "stage0_pretrain/evaluation"), ("stage 1: SFT", "stage1_sft/evaluation"),
+              ("stage 2: RL (GRPO)", "stage2_rl/evaluation")],
+}
+STEPS = {
+    "nano2": [f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
+              for step in ("data_curation", "training", "evaluation")] + ["evaluation/benchmarks"],
+    "nano3": ["stage0_pretrain/data_curation", "stage0_pretrain/training", "stage0_pretrain/training_dense",
+              "stage0_pretrain/evaluation",
+              *(f"{stage}/{step}" for stage in ("stage1_sft", "stage2_rl")
+                for step in ("data_curation", "training", "evaluation")), "evaluation/benchmarks"],
+}
+BLOCK = re.compile(r"<!-- results:(?P<name>\w+) \(scripts/readme_results\.py writes this block; do not edit it by "
+                   r"hand\) -->\n<!-- data: (?P<data>.*?) -->\n(?P<table>.*?)<!-- /results:(?P=name) -->", re.S)
+
+
+def matmul_gflops() -> float:
+    """This machine's fp32 matmul speed (2048 x 2048, the torch threads a step would use), in GFLOP/s."""
+    import torch
+
+    from nemotron.cpu import torch_threads
+
+    torch.set_num_threads(torch_threads())
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    for _ in range(3):
+        a @ b
+    started, repeats = time.perf_counter(), 20
+    for _ in range(repeats):
+        a @ b
+    return 2 * 2048**3 * repeats / (time.perf_counter() - started) / 1e9
+
+
+def expected_data(recipe: str, run: Path) -> dict:
+    """What the `expected` block shows, from a recipe run folder's artifacts."""
+    def metadata(step: str) -> dict | None:
+        path = run / step / "metadata.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    lessons = []
+    for stage, step in LESSONS[recipe]:
+        art = metadata(step)
+        if art is None:
+            raise SystemExit(f"error: {run / step} holds no artifact; run the whole recipe into {run} first")
+        lessons.append({"stage": stage, **art["metrics"]["lesson"]})
+    steps = {step: round(art["metrics"]["wall_seconds"], 1) for step in STEPS[recipe]
+             if (art := metadata(step)) is not None and "wall_seconds" in art.get("metrics", {})}
+    first = metadata(LESSONS[recipe][-1][1])
+    producer = first["producer"]
+    return {"date": first["created_at"][:10], "commit": producer["git_commit"][:12],
+            "dirty": producer.get("git_dirty", False), "seed": first["seed"], "threads": producer["num_threads"],
+            "torch": producer["torch_version"], "matmul_gflops": round(matmul_gflops()),
+            "lessons": lessons, "step_seconds": steps, "total_seconds": round(sum(steps.values()), 1)}
+
+
+def figure(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def verdict(record: dict) -> str:
+    ratio = record["gain"] / record["standard_error"] if record["standard_error"] else float("inf")
+    return f"{ratio:.1f} SE: {'taught' if record['gain'] > 2 * record['standard_error'] else 'NOT above 2 SE'}"
+
+
+def render(name: str, data: dict) -> str:
+    """The table of block `name` drawn from its data (what the test draws again)."""
+    if name == "expected":
+        dirty = " (with uncommitted changes)" if data["dirty"] else ""
+        lines = [f"Measured {data['date']} at commit `{data['commit']}`{dirty}, seed {data['seed']}, "
+                 f"{data['threads']} torch threads, torch {data['torch']}, on a 2-core "
+                 f"machine whose fp32 matmul ran at {data['matmul_gflops']} GFLOP/s.", "",
+                 "| stage | held-out measure | before | after | gain ± SE | n | |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['stage']} | {r['measure']} | {figure(r['before'])} | {figure(r['after'])} | "
+                  f"{r['gain']:+.4g} ± {r['standard_error']:.2g} | {r['n']} | {verdict(r)} |" for r in data["lessons"]]
+        lines += ["", "| step | seconds |", "|---|---|"]
+        lines += [f"| {step} | {seconds} |" for step, seconds in data["step_seconds"].items()]
+        lines += [f"| **all steps** | **{data['total_seconds']}** |"]
+        return "\n".join(lines) + "\n"
+    if name == "lessons":
+        stages = list(dict.fromkeys(stage for run in data["runs"] for stage in run["lessons"]))
+        lines = [f"`python benchmarks/bench_lessons.py`, {data['date']}: each stage's gain ± its standard error "
+                 "(its ratio to the error), per seed and thread count.", "",
+                 "| seed | threads | " + " | ".join(stages) + " | steps (s) | load |",
+                 "|---|---|" + "---|" * len(stages) + "---|---|"]
+        for run in data["runs"]:
+            cells = [f"{r['gain']:+.3g} ± {r['standard_error']:.2g} ({r['gain'] / r['standard_error']:.0f} SE)"
+                     if (r := run["lessons"].get(stage)) and r["standard_error"] else "" for stage in stages]
+            lines.append(f"| {run['seed']} | {run['threads']} | " + " | ".join(cells) +
+                         f" | {run['step_seconds']} | {run['load_average']} |")
+        return "\n".join(lines) + "\n"
+    if name == "sft_length":
+        lines = [f"`python benchmarks/bench_sft_length.py`, {data['date']}, seed {data['seed']}: SFT for a share of "
+                 f"its default {data['default_epochs']:g} passes over the data; {data['measure']}.", "",
+                 "| share of the default | passes | steps | " + " | ".join(data["columns"]) + " |",
+                 "|---|---|---|" + "---|" * len(data["columns"])]
+        for point in data["points"]:
+            lines.append(f"| {point['fraction']:g} | {point['epochs']:g} | {point['steps']} | " +
+                         " | ".join(point["cells"]) + " |")
+        return "\n".join(lines) + "\n"
+    raise SystemExit(f"error: unknown block {name!r}; use expected, lessons or sft_length")
+
+
+def write_block(readme: Path, name: str, data: dict) -> None:
+    """Put block `name` (its data and its table) into `readme`, in place of the one there."""
+    head = f"<!-- results:{name} (scripts/readme_results.py writes this block; do not edit it by hand) -->"
+    block = f"{head}\n<!-- data: {json.dumps(data, sort_keys=True)} -->\n{render(name, data)}<!-- /results:{name} -->"
+    text = readme.read_text(encoding="utf-8")
+    found = [m for m in BLOCK.finditer(text) if m["name"] == name]
+    if not found:
+        raise SystemExit(f"error: {readme} has no results:{name} block; add its two marker lines where the table "
+                         "goes, then run this again")
+    readme.write_text(text[: found[0].start()] + block + text[found[0].end():], encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in README:
+        print(__doc__, file=sys.stderr)
+        return 2
+    recipe, name, source = argv[0], argv[1], Path(argv[2])
+    data = expected_data(recipe, source) if name == "expected" else json.loads(source.read_text())
+    if name == "lessons":  # bench_lessons.py runs both recipes: this README shows its own runs
+        data = {**data, "runs": [run for run in data["runs"] if run["recipe"] == recipe]}
+    elif name == "sft_length" and data.get("recipe") != recipe:
+        raise SystemExit(f"error: {source} measured {data.get('recipe')}'s SFT, not {recipe}'s")
+    write_block(README[recipe], name, data)
+    print(f"readme_results: wrote results:{name} of {README[recipe].relative_to(REPO)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,65 @@
+"""The recipe READMEs' result tables are written by scripts/readme_results.py from what was measured.
+
+Each results block must be exactly what the script draws from the data stored beside it, and the
+"Expected results" section of each recipe README may state no figure outside those blocks: a figure typed
+by hand (or a table edited after the script wrote it) fails here.
+"""
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("readme_results", REPO / "scripts" / "readme_results.py")
+readme_results = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(readme_results)
+
+# A figure: a decimal number, a number of two or more digits, or a share in percent (not a stage's number
+# in "stage 1", nor anything inside code).
+FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+|\d{2,}|\d+%)(?![\w.])")
+
+
+def expected_section(text: str) -> str:
+    start = text.index("## Expected results")
+    end = text.find("\n## ", start + 1)
+    return text[start: end if end != -1 else len(text)]
+
+
+@pytest.mark.parametrize("recipe", sorted(readme_results.README))
+def test_every_results_block_is_what_the_script_draws_from_its_data(recipe):
+    text = readme_results.README[recipe].read_text(encoding="utf-8")
+    blocks = list(readme_results.BLOCK.finditer(text))
+    assert {m["name"] for m in blocks} >= {"expected", "lessons", "sft_length"}, (
+        f"{recipe}/README.md lacks a results block (expected, lessons, sft_length)")
+    for block in blocks:
+        drawn = readme_results.render(block["name"], json.loads(block["data"]))
+        assert block["table"] == drawn, (
+            f"{recipe}/README.md results:{block['name']} is not what scripts/readme_results.py draws from its data; "
+            "re-run the script instead of editing the table")
+
+
+@pytest.mark.parametrize("recipe", sorted(readme_results.README))
+def test_the_expected_results_section_states_no_figure_outside_the_blocks(recipe):
+    section = expected_section(readme_results.README[recipe].read_text(encoding="utf-8"))
+    prose = readme_results.BLOCK.sub("", section)
+    prose = re.sub(r"```.*?```", "", prose, flags=re.S)  # commands
+    prose = re.sub(r"`[^`]*`", "", prose)  # inline code: flags, file names
+    figures = FIGURE.findall(prose)
+    assert not figures, (f"{recipe}/README.md states {figures} in Expected results outside the blocks that "
+                         "scripts/readme_results.py writes; put the figure in a block's data, or leave it out")
+
+
+def test_a_block_drawn_from_other_data_fails_the_check():
+    """The check can fail: one figure changed in a drawn table is no longer what the data gives."""
+    data = {"date": "2026-12-01", "runs": [{"recipe": "nano2", "seed": 0, "threads": 2, "step_seconds": 110.0,
+                                            "load_average": 0.5, "lessons": {"DPO": {
+                                                "gain": 0.1, "standard_error": 0.005, "n": 500, "measure": "m",
+                                                "before": 0.6, "after": 0.7}}}]}
+    drawn = readme_results.render("lessons", data)
+    assert "+0.1 ± 0.005 (20 SE)" in drawn
+    assert readme_results.render("lessons", {**data, "date": "2026-12-02"}) != drawn
+    assert FIGURE.findall("gains 0.08 and took 113 s, 35% more") == ["0.08", "113", "35%"]
+    assert FIGURE.findall("stage 1 and stage0 with --seed 2") == []
