@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_lessons import QUICK
+
 STEPS = [*(f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
            for step in ("data_curation", "training", "evaluation")),
          "nemotron/evaluation"]  # the tenth step: the final model's standard benchmarks
@@ -34,13 +36,8 @@ ONE_THREAD = [*(f"--{stage}.{step}.num-threads=1" for stage in ("stage0", "stage
                 for step in ("training", "evaluation")), "--benchmarks.num-threads=1"]
 
 
-# --quick: the same ten steps on one play (Macbeth), 2 optimizer steps each, a few evaluation items.
-QUICK = ["--stage0.data-curation.vocab-size", "1024", *(f"--stage{n}.training.steps=2" for n in range(3)),
-         "--stage0.evaluation.benchmark-limit=2", "--stage0.evaluation.max-new-tokens=4",
-         "--stage1.evaluation.benchmark-limit=2", "--stage1.evaluation.max-new-tokens=4",
-         "--stage1.evaluation.max-conversations=16", "--stage1.evaluation.num-samples=1",
-         "--stage2.evaluation.benchmark-limit=2", "--stage2.evaluation.max-new-tokens=4",
-         "--stage2.evaluation.max-items=16", "--stage2.evaluation.num-samples=1", "--benchmarks.limit=2"]
+# --quick: the same ten steps, a few optimizer steps each (stage 1 enough for the model to answer some skill
+# problems right, which stage 2's judged pairs need), a few evaluation items (bench_lessons.QUICK), one play.
 
 
 def one_play_blend(folder: Path) -> Path:

@@ -9,11 +9,12 @@ Each table lives between two markers in the README, with the data it was drawn f
 
 and `render(NAME, data)` draws it again from that data: `tests/test_readme_results.py` checks that every
 block is what `render` makes of its data, and that a README's "Expected results" section states no figure
-outside its blocks. Three blocks per recipe README, each from its own source:
+outside its blocks. The blocks of a recipe README, each from its own source:
 
     python scripts/readme_results.py nano2 expected runs/nano2             # a recipe run: lessons, step times
     python scripts/readme_results.py nano2 lessons lessons.json            # bench_lessons.py --json
     python scripts/readme_results.py nano2 sft_length sft_length.json      # bench_sft_length.py --json
+    python scripts/readme_results.py nano2 dpo_variants variants.json      # bench_dpo_variants.py --json
 
 The data of `expected` is read from the run's artifacts alone: each stage's lesson, each step's seconds, and
 the run's date, commit, seed and torch threads; the machine's matmul speed is measured when the block is
@@ -131,7 +132,17 @@ def render(name: str, data: dict) -> str:
             lines.append(f"| {point['fraction']:g} | {point['epochs']:g} | {point['steps']} | " +
                          " | ".join(point["cells"]) + " |")
         return "\n".join(lines) + "\n"
-    raise SystemExit(f"error: unknown block {name!r}; use expected, lessons or sft_length")
+    if name == "dpo_variants":
+        sft = data["variants"][0]["sft"]
+        lines = [f"`python benchmarks/bench_dpo_variants.py`, {data['date']}, seed {data['seed']}; the SFT model: "
+                 f"chance of a right answer {figure(sft['p_right'])}, of the near miss {figure(sft['p_near_miss'])}, "
+                 f"greedy right {figure(sft['greedy'])}, chat NLL {figure(sft['chat_nll'])}.", "",
+                 "| variant | chance of a right answer: gain ± SE | near miss | greedy right | chat NLL |",
+                 "|---|---|---|---|---|"]
+        lines += [f"| {v['variant']} | {v['gain']:+.3g} ± {v['standard_error']:.2g} | {figure(v['p_near_miss'])} | "
+                  f"{figure(v['greedy'])} | {figure(v['chat_nll'])} |" for v in data["variants"]]
+        return "\n".join(lines) + "\n"
+    raise SystemExit(f"error: unknown block {name!r}; use expected, lessons, sft_length or dpo_variants")
 
 
 def write_block(readme: Path, name: str, data: dict) -> None:

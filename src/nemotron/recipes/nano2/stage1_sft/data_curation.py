@@ -5,8 +5,12 @@ This step turns raw chats into exactly what the SFT trainer reads, and keeps the
 that stage-1 evaluation and stage-2 preference data need. It reads like stage 0's curation, in three
 phases, and no process holds the corpus (docs/data-prep.md): the driver keeps hashes and counts.
 
-1. setup: the stage-0 checkpoint and its tokenizer; the sources as work items (`plan_work_items`):
-   the offline chatterbot corpus (~2,000 chats, 21 categories), extra JSONL pools
+1. setup: the stage-0 checkpoint and its tokenizer; the skill: seeded "which is the largest" problems
+   (`nemotron.data_prep.verifiable.Largest`), split by the numbers asked into training and held-out
+   problems (`skill_train.jsonl`, `skill_test.jsonl`, true answers), the training ones answered by an
+   imperfect teacher that gives the second-largest number in `--teacher-error-rate` of them
+   (`skill_chats.jsonl`: what SFT imitates, and stage 2 fixes); the sources as work items
+   (`plan_work_items`): those chats, the offline chatterbot corpus (~2,000 chats, 21 categories), extra JSONL pools
    (`--extra-pool-path a.jsonl b.jsonl`, OpenAI `messages` or ShareGPT `conversations` records,
    normalized by `nemotron.data_prep.transforms`; an id-less record is "<file>:<0-based line>") and a
    post-training selection (`--selected-path selected.parquet`, records with tool calls counted and
@@ -30,7 +34,7 @@ whose receipt holds. Rows are packed per work item (a source file, or 64 MB of o
 is one item, so the bytes are those of packing the split whole.
 
 Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Output: an `SFTDataset`
-(tokenizer copy, packed train/valid Parquet, train/valid/test conversation JSONL).
+(tokenizer copy, packed train/valid Parquet, train/valid/test conversation JSONL, the skill's problems).
 
     python -m nemotron.recipes.nano2.stage1_sft.data_curation --scale tiny \\
         --checkpoint-path runs/nano2/stage0_pretrain/training

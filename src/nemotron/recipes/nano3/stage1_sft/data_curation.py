@@ -2,11 +2,13 @@
 
 1. setup: the stage-0 checkpoint's tokenizer (it carries the nano3 chat template, stage-0 curation put
    it there), the problem count per scale.
-2. sources: seeded addition problems with worked steps (`nemotron.data_prep.verifiable`), split by
-   question into train and held out (the held-out ones are never trained on: evaluation and RL use
-   them), with reasoning stripped from `--reasoning-off-share` of the training problems, as Nano 3
-   strips it from 10% of its SFT samples so the model learns both sides of the on/off switch; they are
-   written as a chat file (`problem_chats.jsonl`) and from there read like any source. Beside them,
+2. sources: seeded addition problems in several wordings (`nemotron.data_prep.verifiable`), split by the
+   numbers asked into train and held out (the held-out ones are never trained on: evaluation and RL use
+   them); the training ones worked column by column by an imperfect teacher that drops one carry in
+   `--teacher-error-rate` of them (`verifiable.teacher_messages`: SFT learns the habit, RL's checker
+   fixes it), with reasoning stripped from `--reasoning-off-share`, as Nano 3 strips it from 10% of its
+   SFT samples so the model learns both sides of the on/off switch; they are written as a chat file
+   (`problem_chats.jsonl`) and from there read like any source. Beside them,
    with `--chat-data`, nano2's chat data (chatterbot, no reasoning: `<think></think>` then the answer),
    and the post-training selection, if given (`--selected-path`, `--selected-artifact`, or a
    DiverseSelection on stdin beside the checkpoint).
