@@ -57,11 +57,11 @@ def main() -> None:
     rows = []
     for index, (name, flags) in enumerate(variants):
         out = root / f"variant_{index}"
-        step("nemotron.recipes.nano2.stage2_alignment.training", "--scale", "tiny", "--dataset-path",
+        step("nemotron.recipes.nano2.stage2_alignment.training", out / "training", "--dataset-path",
              str(run / "stage2_alignment" / "data_curation"), "--checkpoint-path", str(run / "stage1_sft" / "training"),
-             "--output-dir", str(out / "training"), *flags, *extra)
-        metrics = step("nemotron.recipes.nano2.stage2_alignment.evaluation", "--scale", "tiny", "--checkpoint-path",
-                       str(out / "training"), "--output-dir", str(out / "evaluation"))["metrics"]
+             *flags, *extra)
+        metrics = step("nemotron.recipes.nano2.stage2_alignment.evaluation", out / "evaluation", "--checkpoint-path",
+                       str(out / "training"))["metrics"]
         lesson = metrics["lesson"]
         row = {"variant": name, "flags": flags, "gain": lesson["gain"], "standard_error": lesson["standard_error"],
                "p_right": metrics["dpo_skill_p_right"], "p_near_miss": metrics["dpo_skill_p_near_miss"],

@@ -45,13 +45,14 @@ RECIPES = {
 }
 
 
-def step(module: str, *flags: str) -> dict:
-    """Run one recipe step as a user would; its artifact's metadata."""
-    done = subprocess.run([sys.executable, "-m", module, *flags], capture_output=True, text=True)
+def step(module: str, out: Path, *flags: str) -> dict:
+    """Run one recipe step as a user would, into `out`; the artifact it wrote there (its metadata)."""
+    done = subprocess.run([sys.executable, "-m", module, "--output-dir", str(out), *flags], capture_output=True,
+                          text=True)
     if done.returncode != 0:
         raise SystemExit(f"error: python -m {module} {' '.join(flags)} exited {done.returncode}:\n"
                          f"{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads((out / "metadata.json").read_text())
 
 
 def main() -> None:
@@ -84,12 +85,11 @@ def main() -> None:
     for fraction in args.fractions:
         out = root / f"sft_{fraction:g}"
         flags = ["--dataset-path", str(run / "stage1_sft" / "data_curation"), "--checkpoint-path",
-                 str(run / "stage0_pretrain" / "training"), "--output-dir", str(out / "training"), "--seed", str(seed)]
+                 str(run / "stage0_pretrain" / "training"), "--seed", str(seed)]
         flags += ["--steps", str(max(1, round(default["steps"] * fraction)))] if args.quick else \
             ["--epochs", f"{epochs * fraction:.4g}"]
-        trained = step(spec["training"], *flags)
-        scored = step(spec["evaluation"], "--checkpoint-path", str(out / "training"), "--output-dir",
-                      str(out / "evaluation"))["metrics"]
+        trained = step(spec["training"], out / "training", *flags)
+        scored = step(spec["evaluation"], out / "evaluation", "--checkpoint-path", str(out / "training"))["metrics"]
         key, error, _ = spec["measure"]
         point = {"fraction": fraction, "epochs": round(epochs * fraction, 3), "steps": trained["steps"],
                  "value": scored[key], "standard_error": scored[error],
