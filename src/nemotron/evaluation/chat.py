@@ -93,18 +93,6 @@ def conversation_nll(
     return window_nll(model, windows, loss_masks=masks, batch_size=batch_size)
 
 
-def mc_correct(result: MCResult) -> list[bool]:
-    """Per item: did the model pick the true answer by mutual information (else by log-likelihood)?"""
-    return [(r.predicted_mutual_info if r.predicted_mutual_info is not None else r.predicted) == r.item.answer_index
-            for r in result.items]
-
-
-def mc_pick(result: MCResult, i: int) -> str:
-    """The answer the model picked for item i (by mutual information, else by log-likelihood)."""
-    r = result.items[i]
-    return r.item.choices[r.predicted_mutual_info if r.predicted_mutual_info is not None else r.predicted]
-
-
 def question_answer(conversation: Conversation) -> tuple[str, str]:
     """The first user message and the assistant reply that follows it."""
     messages = conversation["messages"]

@@ -52,7 +52,7 @@ STEPS = [
 ]
 MODELS = ("base", "sft", "dpo")  # metric prefixes, in the order the recipe produces the models
 
-LOWER_IS_BETTER = ("loss", "nll", "perplexity", "bits_per_byte")
+LOWER_IS_BETTER = ("loss", "nll", "perplexity", "bits_per_byte", "p_near_miss")
 MUTUAL_INFO_NOTE = (
     "Why plain answer accuracy can fall while mutual-information accuracy rises: `answer_accuracy` picks "
     "the answer with the highest log-likelihood, and a model this small mostly learns which answers are "
@@ -85,7 +85,7 @@ def direction(measure: str) -> str:
     """Which way is better for a metric name: "lower" for losses, "higher" for accuracies and margins."""
     if any(word in measure for word in LOWER_IS_BETTER):
         return "lower"
-    if "accuracy" in measure or "margin" in measure:
+    if "accuracy" in measure or "margin" in measure or measure.endswith("p_right"):
         return "higher" if not measure.endswith(("_chance", "_num_items")) else ""
     return ""
 
@@ -168,7 +168,9 @@ def side_by_side(artifacts: list[dict[str, Any]]) -> list[str]:
             continue
         for key, value in art.get("metrics", {}).items():
             match = re.fullmatch(rf"({'|'.join(MODELS)})_(.+)", key)
-            if match and isinstance(value, (int, float)) and not isinstance(value, bool):
+            # (standard errors stay in the tables that print them beside their values)
+            if match and isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                    not key.endswith("_stderr"):
                 table.setdefault(match[2], {})[match[1]] = value
     lines = ["| measure | better | base | SFT | DPO |", "|---|---|---|---|---|"]
     for measure, by_model in table.items():
