@@ -1,11 +1,11 @@
 """How long should SFT train? Its held-out measures at shares of the default length, from one recipe run.
 
 SFT's length is a number of passes over its data (`--epochs`, the step's EPOCHS). It is chosen where the
-result no longer hinges on the last bits: the held-out measures flat (within their standard error) from 20%
-fewer passes to 20% more. This script re-runs SFT from a finished recipe run's stage-0 model and SFT data at
-each share of the default (0.6 0.8 1.0 1.2 1.4 by default), evaluates each with the recipe's own SFT
-evaluation step, and prints the curve, and whether the points at 0.8 and 1.2 sit within one standard error
-of the default's.
+result no longer hinges on the last bits: the stage's lesson (`metrics.lesson`) flat, within its standard
+error, from 20% fewer passes to 20% more. This script re-runs SFT from a finished recipe run's stage-0 model
+and SFT data at each share of the default (0.6 0.8 1.0 1.2 1.4 by default), evaluates each with the recipe's
+own SFT evaluation step, and prints the curve (the lesson and the step's other held-out measures), and how
+far the points at 0.8 and 1.2 sit from the default's, in the default's standard errors.
 
     python -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2       # the run to start from
     python benchmarks/bench_sft_length.py --recipe nano2 --run runs/nano2 --json sft_length.json
@@ -26,22 +26,18 @@ import tempfile
 import time
 from pathlib import Path
 
-# Per recipe: the SFT steps, the default passes, and what is read from the evaluation artifact: the measure
-# the flatness is judged on (a metrics key and its standard error's), then the other columns shown.
+# Per recipe: the SFT steps, and besides the stage's lesson (its gain ± standard error: the measure whose
+# flatness is judged) the columns shown, read from the evaluation artifact's metrics (key, its standard error).
 RECIPES = {
     "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training",
               "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",
-              "measure": ("sft_skill_accuracy", "sft_skill_accuracy_stderr", "greedy answers right on held-out "
-                          "skill problems"),
               "columns": [("held-out skill: greedy right", "sft_skill_accuracy", "sft_skill_accuracy_stderr"),
                           ("chance of a right answer", "sft_skill_p_right", "sft_skill_p_right_stderr"),
                           ("chance of the near miss", "sft_skill_p_near_miss", "sft_skill_p_near_miss_stderr")]},
     "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training",
               "evaluation": "nemotron.recipes.nano3.stage1_sft.evaluation",
-              "measure": ("sft_exact_match_reasoning_on", "sft_exact_match_reasoning_on_stderr",
-                          "held-out exact match (greedy, reasoning on)"),
-              "columns": [("exact match, reasoning on", "sft_exact_match_reasoning_on",
-                           "sft_exact_match_reasoning_on_stderr")]},
+              "columns": [("exact match, reasoning off", "sft_exact_match_reasoning_off",
+                           "sft_exact_match_reasoning_off_stderr")]},
 }
 
 
@@ -90,25 +86,27 @@ def main() -> None:
             ["--epochs", f"{epochs * fraction:.4g}"]
         trained = step(spec["training"], out / "training", *flags)
         scored = step(spec["evaluation"], out / "evaluation", "--checkpoint-path", str(out / "training"))["metrics"]
-        key, error, _ = spec["measure"]
+        lesson = scored["lesson"]
         point = {"fraction": fraction, "epochs": round(epochs * fraction, 3), "steps": trained["steps"],
-                 "value": scored[key], "standard_error": scored[error],
-                 "cells": [f"{scored[k]:.3f} ± {scored[e]:.3f}" for _, k, e in spec["columns"]]}
+                 "value": lesson["gain"], "standard_error": lesson["standard_error"],
+                 "cells": [f"{lesson['gain']:+.3f} ± {lesson['standard_error']:.3f}",
+                           *(f"{scored[k]:.3f} ± {scored[e]:.3f}" for _, k, e in spec["columns"])]}
         points.append(point)
         print(json.dumps(point))
+        names = ["the lesson", *(name for name, _, _ in spec["columns"])]
         print(f"bench_sft_length: {args.recipe} x{fraction:g} ({point['epochs']:g} passes, {point['steps']} steps): "
-              + ", ".join(f"{name} {cell}" for (name, _, _), cell in zip(spec["columns"], point["cells"])),
-              file=sys.stderr)
+              + ", ".join(f"{name} {cell}" for name, cell in zip(names, point["cells"])), file=sys.stderr)
     base = next((p for p in points if p["fraction"] == 1.0), points[0])
     distance = max(abs(p["value"] - base["value"]) / (base["standard_error"] or 1.0)
                    for p in points if 0.8 <= p["fraction"] <= 1.2)
     if args.json is not None:
         args.json.write_text(json.dumps({
             "recipe": args.recipe, "date": time.strftime("%Y-%m-%d"), "seed": seed, "default_epochs": epochs,
-            "measure": spec["measure"][2], "columns": [name for name, _, _ in spec["columns"]],
+            "measure": f"the lesson is {lesson['measure']}",
+            "columns": ["the lesson: gain ± SE", *(name for name, _, _ in spec["columns"])],
             "points": points}, indent=1) + "\n")
-    print(f"bench_sft_length: from 0.8x to 1.2x the default, {spec['measure'][2]} stays within {distance:.2f} "
-          "standard errors of the default's", file=sys.stderr)
+    print(f"bench_sft_length: from 0.8x to 1.2x the default, the lesson's gain stays within {distance:.2f} of "
+          "its standard errors of the default's", file=sys.stderr)
     print(json.dumps({"max_distance_in_standard_errors_within_20_percent": round(distance, 3)}))
 
 

@@ -118,7 +118,7 @@ def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
     if dpo:
         md += [f"| held-out pairs: right answer above the near miss (per token) | | "
                f"{fmt(dpo.get('sft_preference_accuracy', ''))} | {fmt(dpo.get('dpo_preference_accuracy', ''))} |",
-               f"| chat: completion NLL on the stage-1 test chats (lower is better) | | "
+               f"| chat: completion NLL on the stage-1 test chats, the skill's left out (lower is better) | | "
                f"{fmt(dpo.get('sft_completion_nll', ''))} | {fmt(dpo.get('dpo_completion_nll', ''))} |", "",
                f"DPO's implicit reward on the held-out pairs (beta {fmt(dpo.get('beta', ''))}): accuracy "
                f"{fmt(dpo.get('reward_accuracy', ''))}, margin {fmt(dpo.get('reward_margin', ''))}. Its training "

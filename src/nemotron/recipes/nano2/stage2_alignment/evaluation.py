@@ -10,7 +10,7 @@ side by side:
   gives the right answer the higher log-probability per token (`nemotron.evaluation.preference`);
 - reward accuracy and margin: DPO's implicit reward beta * log(pi_dpo / pi_sft) of chosen minus rejected
   (Rafailov et al., 2023, eq. 5) on those pairs, as TRL logs them during training, here on unseen pairs;
-- the chat: completion NLL on the stage-1 test conversations, to show what aligning the skill cost the rest
+- the chat: completion NLL on the stage-1 test chats (chatterbot's), to show what aligning the skill cost the rest
   (the "alignment tax", Ouyang et al., 2022), and greedy answers to the questions stage 1 sampled
   (samples.json: prompt, completion, sft_completion) for the report card.
 
@@ -99,10 +99,11 @@ def main(config: Config) -> DPOResults:
     limit = config.max_items or apply_scale(FULL_EVAL_ITEMS, config.scale)
     problems = read_problems(sft_dataset.test_problems, limit)
     pairs = read_pairs(pairs_dataset.test_pairs)[:limit]  # for lm-eval's copy of the preference test
-    everything = read_conversations(sft_dataset.test_conversations)
-    conversations = everything[:limit]
-    questions = sample_questions([c for c in everything if c.get("category") != SKILL_CATEGORY],
-                                 config.num_samples)  # chat questions: the skill has its own measures
+    # The chat: the stage-1 test chats but the skill's (the skill has its own measures, and DPO's pairs were
+    # sampled from training problems whose teacher-answered chats may sit in SFT's test split).
+    conversations = [c for c in read_conversations(sft_dataset.test_conversations)
+                     if c.get("category") != SKILL_CATEGORY][:limit]
+    questions = sample_questions(conversations, config.num_samples)
 
     # --- evaluate: the skill, the pairs' log-probs and the chats, per model ---
     out = mark_unfinished(config.output_dir)
