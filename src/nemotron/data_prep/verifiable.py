@@ -59,6 +59,9 @@ PHRASINGS = {
                 "What's the biggest of {numbers}?", "which is largest {numbers}"),
 }
 SEPARATORS = (", ", " ", ",")  # how a Largest problem's numbers are listed
+# Tokens a model may write to answer a Largest problem (a number and <|im_end|>, a few spare): what stage-2
+# curation samples and stage-2 evaluation generates, so the pairs are made of the answers evaluation sees.
+SKILL_ANSWER_TOKENS = 6
 
 
 @dataclass(frozen=True)
