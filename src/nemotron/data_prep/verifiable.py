@@ -191,6 +191,10 @@ def largest_problems(n: int, seed: int, sizes: tuple[int, int] = (3, 6)) -> list
     low, high = sizes
     if not 2 <= low <= high <= 10 or n < 1:
         raise NemotronError(f"largest_problems: need n >= 1 and 2 <= sizes <= 10, got n={n}, sizes={sizes}")
+    possible = sum(math.perm(10, size) for size in range(low, high + 1))  # ordered lists of distinct digits
+    if n > possible:  # refused at once, not after 100 x n draws
+        raise NemotronError(f"largest_problems: {n} problems asked, but only {possible} distinct lists of "
+                            f"{low}-{high} digits exist; ask for fewer, or allow longer lists")
     rng = random.Random(seed)
 
     def draw() -> Largest:
