@@ -28,8 +28,9 @@ from builders import SMALL_MODEL  # tests/ is on sys.path under pytest
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE, tokenize_conversation
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.indexed import IndexedReader, IndexedWriter
-from nemotron.data_prep.preference import read_pairs, tokenize_pairs
+from nemotron.data_prep.preference import read_pairs, reference_pairs, tokenize_pairs, write_pairs
 from nemotron.data_prep.tokenizer import EOS_ID, load_tokenizer, train_tokenizer
+from nemotron.data_prep.verifiable import read_problems
 from nemotron.errors import NemotronError
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PretrainCheckpoint, PretrainDataset, SFTCheckpoint
@@ -218,16 +219,26 @@ def fine_tune_on_answers(model, tokenizer, conversations, steps: int = 40):
     return model.eval()
 
 
+def skill_chats(problems: list[dict]) -> list[dict]:
+    """Held-out skill problems as chats answered right: what a fine-tune on them learns."""
+    return [{"messages": [{"role": "user", "content": p["question"]}, {"role": "assistant", "content": p["answer"]}]}
+            for p in problems]
+
+
 @pytest.fixture(scope="module")
 def stage1_inputs(stage0_inputs, tmp_path_factory):
-    """(SFTDataset, SFTCheckpoint): real stage-1 curation; the base model fine-tuned on HELD_OUT test chats."""
+    """(SFTDataset, SFTCheckpoint): real stage-1 curation; the base model fine-tuned on what stage-1 evaluation
+    scores: the first HELD_OUT test conversations (the NLL), the first HELD_OUT test chats that are not the
+    skill's (the answer test) and the first HELD_OUT held-out skill problems, answered right."""
     _, base = stage0_inputs
     root = tmp_path_factory.mktemp("stage1")
     dataset = sft_curation.main(sft_curation.Config(checkpoint_path=base.path, output_dir=root / "dataset"))
     tokenizer = load_tokenizer(base.model_dir)
     model = AutoModelForCausalLM.from_pretrained(base.model_dir)
-    held_out = read_conversations(dataset.test_conversations)[:HELD_OUT]
-    fine_tune_on_answers(model, tokenizer, held_out)
+    conversations = read_conversations(dataset.test_conversations)
+    chats = [c for c in conversations if c["category"] != sft_curation.SKILL_CATEGORY][:HELD_OUT]
+    problems = read_problems(dataset.test_problems, HELD_OUT)
+    fine_tune_on_answers(model, tokenizer, conversations[:HELD_OUT] + chats + skill_chats(problems))
     checkpoint = save_checkpoint(SFTCheckpoint, root / "checkpoint", model, tokenizer, [dataset, base])
     return dataset, checkpoint
 
@@ -260,18 +271,25 @@ def test_stage1_scores_base_and_sft_side_by_side(stage0_inputs, stage1_inputs, s
     lesson = metrics["lesson"]
     assert lesson["n"] == HELD_OUT and lesson["gain"] == pytest.approx(lesson["before"] - lesson["after"])
     assert lesson["gain"] > 2 * lesson["standard_error"] > 0
-    changed = metrics["changed_answers"]  # picks by mutual information that SFT turned right or wrong
-    moved = (results.sft_answer_accuracy_mutual_info - results.base_answer_accuracy_mutual_info) * HELD_OUT
-    assert changed["num_fixed"] - changed["num_broken"] == round(moved)
+    # The skill: greedy answers to held-out problems, checked, and the exact chance of a right answer.
+    assert metrics["sft_skill_num_problems"] == HELD_OUT
+    assert metrics["sft_skill_accuracy"] >= 0.75 and metrics["sft_skill_accuracy"] > metrics["base_skill_accuracy"]
+    assert metrics["sft_skill_p_right"] > metrics["base_skill_p_right"] + 0.3
+    assert all(0 <= metrics[f"{name}_skill_{key}"] <= 1 for name in ("base", "sft")
+               for key in ("accuracy", "p_right", "p_near_miss"))
+    changed = metrics["changed_answers"]  # held-out problems whose greedy answer SFT made right, or wrong
+    moved = (metrics["sft_skill_accuracy"] - metrics["base_skill_accuracy"]) * HELD_OUT
+    assert changed["num_fixed"] - changed["num_broken"] == round(moved) and changed["num_fixed"] > 0
     assert all(row["after"] == row["expected"] != row["before"] for row in changed["fixed"])
     # The completion-only NLL counts assistant tokens (answer + <|im_end|>) and nothing else.
     tokenizer = load_tokenizer(checkpoint.model_dir)
     conversations = read_conversations(dataset.test_conversations)[:HELD_OUT]
     assert results.num_completion_tokens == sum(sum(tokenize_conversation(tokenizer, c["messages"])[1])
                                                 for c in conversations)
-    samples = json.loads(results.samples_path.read_text())
+    samples = json.loads(results.samples_path.read_text())  # chat questions (the skill has its own measures)
+    chats = [c for c in read_conversations(dataset.test_conversations) if c["category"] != sft_curation.SKILL_CATEGORY]
     questions = [s["prompt"] for s in samples]
-    assert len(set(questions)) == 4 and questions[0] == conversations[0]["messages"][0]["content"]
+    assert len(set(questions)) == 4 and questions[0] == chats[0]["messages"][0]["content"]
 
 
 def test_stage1_refuses_a_base_checkpoint_of_another_scale(stage0_inputs, stage1_inputs, tmp_path):
@@ -284,19 +302,26 @@ def test_stage1_refuses_a_base_checkpoint_of_another_scale(stage0_inputs, stage1
 
 
 # --------------------------------------------------------------------------------------------------
-# stage 2: real preference pairs; a "DPO model" equal to its reference, and one trained on test pairs
+# stage 2: real held-out pairs; a "DPO model" equal to its reference, and one trained on the test pairs
 # --------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def preference_dataset(stage1_inputs, tmp_path_factory):
-    sft_dataset, _ = stage1_inputs
-    out = tmp_path_factory.mktemp("stage2") / "dataset"
-    return dpo_curation.main(dpo_curation.Config(dataset_path=sft_dataset.path, output_dir=out))
+    """Stage-2 curation from the SFT checkpoint, with given training pairs (the training problems' right answer
+    against the near miss): the held-out pairs it writes are what stage-2 evaluation scores."""
+    sft_dataset, sft = stage1_inputs
+    root = tmp_path_factory.mktemp("stage2")
+    write_pairs(reference_pairs(read_problems(sft_dataset.train_problems, 40)), root / "given.jsonl")
+    return dpo_curation.main(dpo_curation.Config(checkpoint_path=sft.path, pairs_path=root / "given.jsonl",
+                                                 output_dir=root / "dataset"))
 
 
 def dpo_checkpoint(out: Path, sft, pairs_dataset, steps: int, beta: float = 0.5, flip: bool = False):
-    """The SFT model after `steps` DPO steps on the first HELD_OUT test pairs (0 steps: a copy).
+    """The SFT model after `steps` DPO steps on the first HELD_OUT test pairs (0 steps: a copy), with the NLL of
+    the chosen answers added (stage-2 training's --sft-weight 1): plain DPO at this rate lowers the chosen
+    answers' probability too (likelihood displacement), so only the NLL term makes the direction of the chance
+    of a right answer known in advance.
 
     flip=True trains it to prefer the rejected answers: every sign the evaluation reports must flip too.
     """
@@ -310,13 +335,28 @@ def dpo_checkpoint(out: Path, sft, pairs_dataset, steps: int, beta: float = 0.5,
         ref_chosen, ref_rejected = (completion_logprobs(reference, prompts, c) for c in (chosen, rejected))
     optimizer = torch.optim.AdamW(policy.parameters(), lr=5e-3)
     policy.train()
+    chosen_tokens = torch.tensor([len(ids) for ids in chosen], dtype=torch.float32)
     for _ in range(steps):
-        loss, _, _ = dpo_loss(completion_logprobs(policy, prompts, chosen),
-                              completion_logprobs(policy, prompts, rejected), ref_chosen, ref_rejected, beta=beta)
+        policy_chosen = completion_logprobs(policy, prompts, chosen)
+        loss, _, _ = dpo_loss(policy_chosen, completion_logprobs(policy, prompts, rejected), ref_chosen, ref_rejected,
+                              beta=beta)
+        loss = loss + (-policy_chosen / chosen_tokens).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     return save_checkpoint(DPOCheckpoint, out, policy.eval(), tokenizer, [pairs_dataset, sft], beta=beta)
+
+
+def test_stage2_held_out_pairs_are_the_held_out_problems_right_answer_against_the_near_miss(
+    stage1_inputs, preference_dataset
+):
+    sft_dataset, sft = stage1_inputs
+    problems = read_problems(sft_dataset.test_problems)
+    pairs = read_pairs(preference_dataset.test_pairs)
+    assert [(p["prompt"][-1]["content"], p["chosen"], p["rejected"]) for p in pairs] == [
+        (q["question"], q["answer"], q["near_miss"]) for q in problems]
+    assert [ref.type for ref in preference_dataset.inputs] == ["sftcheckpoint", "sftdataset", "source"]
+    assert preference_dataset.metrics["train_pairs_source"] == "given"
 
 
 def test_stage2_a_policy_equal_to_its_reference_has_no_reward(stage1_inputs, preference_dataset, tmp_path):
@@ -325,16 +365,17 @@ def test_stage2_a_policy_equal_to_its_reference_has_no_reward(stage1_inputs, pre
     results = stage2.main(stage2.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "e", max_items=HELD_OUT))
     assert results.reward_accuracy == 0.0 and results.reward_margin == 0.0  # ties count as wrong
     assert results.dpo_preference_accuracy == results.sft_preference_accuracy
-    assert results.dpo_answer_accuracy == results.sft_answer_accuracy
+    assert results.dpo_skill_p_right == results.sft_skill_p_right
+    assert results.dpo_skill_accuracy == results.sft_skill_accuracy
     lesson = results.metrics["lesson"]  # the same model twice: no gain, no noise, nothing changed
     assert (lesson["gain"], lesson["standard_error"], lesson["n"]) == (0.0, 0.0, HELD_OUT)
-    assert lesson["after"] == pytest.approx(results.dpo_preference_accuracy)
+    assert lesson["after"] == pytest.approx(results.dpo_skill_p_right)
     assert results.metrics["changed_answers"]["num_fixed"] == results.metrics["changed_answers"]["num_broken"] == 0
     assert results.num_pairs == HELD_OUT and results.metrics["beta"] == 0.5
 
 
 @pytest.mark.parametrize("flip", [False, True], ids=["dpo", "dpo_on_flipped_labels"])
-def test_stage2_what_dpo_learned_shows_in_rewards_and_preferences(
+def test_stage2_what_dpo_learned_shows_in_rewards_preferences_and_the_chance_of_a_right_answer(
     stage1_inputs, stage1_results, preference_dataset, tmp_path, flip
 ):
     sft_dataset, sft = stage1_inputs
@@ -342,20 +383,25 @@ def test_stage2_what_dpo_learned_shows_in_rewards_and_preferences(
     results = stage2.main(stage2.Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "e", max_items=HELD_OUT))
     assert [ref.type for ref in results.inputs] == ["dpocheckpoint", "preferencedataset", "sftcheckpoint", "sftdataset"]
     assert results.inputs[3].path == str(sft_dataset.path)  # through the SFT checkpoint's lineage
-    if not flip:  # the SFT model memorised these chosen answers already, so its accuracy is the ceiling
+    metrics, changed = results.metrics, results.metrics["changed_answers"]
+    if not flip:  # trained on these pairs: the right answer up, the teacher's near miss down
         assert results.reward_accuracy >= 0.9 and results.reward_margin > 0
         assert results.dpo_preference_accuracy >= results.sft_preference_accuracy
+        assert results.dpo_skill_p_right > results.sft_skill_p_right
+        assert metrics["dpo_skill_p_near_miss"] < metrics["sft_skill_p_near_miss"]
+        assert changed["num_fixed"] > changed["num_broken"]
     else:
         assert results.reward_accuracy <= 0.1 and results.reward_margin < 0
         assert results.dpo_preference_accuracy < results.sft_preference_accuracy
-    lesson = results.metrics["lesson"]  # per pair, SFT -> DPO: the preference accuracies, paired
-    assert (lesson["before"], lesson["after"]) == pytest.approx(
-        (results.sft_preference_accuracy, results.dpo_preference_accuracy))
-    assert lesson["gain"] == pytest.approx(results.dpo_preference_accuracy - results.sft_preference_accuracy)
-    by_kind = results.metrics["dpo_preference_accuracy_by_kind"]
-    assert set(by_kind) <= {"other_answer", "shuffled", "truncated"} and all(0 <= v <= 1 for v in by_kind.values())
-    # The same answer test as stage 1 (same items for the same seed) for the SFT model.
-    assert results.sft_answer_accuracy == stage1_results.sft_answer_accuracy
+        assert results.dpo_skill_p_right < results.sft_skill_p_right
+        assert changed["num_broken"] > changed["num_fixed"]
+    lesson = metrics["lesson"]  # per held-out problem, SFT -> DPO: the chance of a right answer, paired
+    assert (lesson["before"], lesson["after"]) == pytest.approx((results.sft_skill_p_right, results.dpo_skill_p_right))
+    assert lesson["gain"] == pytest.approx(results.dpo_skill_p_right - results.sft_skill_p_right)
+    assert [len(changed[k]) for k in ("fixed", "broken")] == [min(5, changed[f"num_{k}"]) for k in ("fixed", "broken")]
+    # The same skill test as stage 1 (the same held-out problems) for the SFT model.
+    assert results.sft_skill_accuracy == stage1_results.metrics["sft_skill_accuracy"]
+    assert results.sft_skill_p_right == pytest.approx(stage1_results.metrics["sft_skill_p_right"])
 
 
 # --------------------------------------------------------------------------------------------------

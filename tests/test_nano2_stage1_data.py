@@ -22,9 +22,10 @@ from nemotron.data_prep.conversations import question_key, read_conversations
 from nemotron.data_prep.packing import read_packed
 from nemotron.data_prep.splits import split_grouped
 from nemotron.data_prep.tokenizer import load_tokenizer
+from nemotron.data_prep.verifiable import read_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTDataset
-from nemotron.recipes.nano2.stage1_sft.data_curation import Config, main
+from nemotron.recipes.nano2.stage1_sft.data_curation import SKILL_CATEGORY, SKILL_CHATS, Config, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +110,9 @@ def test_metrics_count_rejects_duplicates_and_packing(dataset):
     assert m["source_skipped"]["chatterbot"]  # the reader's own counts are kept
     assert 0.9 < m["packing_utilisation"] <= 1.0
     total = dataset.num_train_conversations + dataset.num_valid_conversations + dataset.num_test_conversations
-    assert total == m["conversations_read"]["chatterbot"] - m["rejected_total"] - m["exact_duplicates"]
+    assert total == sum(m["conversations_read"].values()) - m["rejected_total"] - m["exact_duplicates"]
+    # the skill's demonstrations are one more chat source: one chat per training problem
+    assert m["conversations_read"]["largest"] == m["skill_train_problems"] == 2000 and m["skill_test_problems"] == 500
 
 
 def test_lineage_reaches_the_checkpoint_and_the_raw_corpus(checkpoint, dataset):
@@ -118,6 +121,29 @@ def test_lineage_reaches_the_checkpoint_and_the_raw_corpus(checkpoint, dataset):
     assert "chatterbot_corpus" in refs["source"].path and refs["source"].digest
     loaded = SFTDataset.load(path=dataset.path, scale="tiny")
     assert loaded.digest == loaded.compute_digest() == dataset.digest
+
+
+def test_the_skill_is_split_by_its_numbers_and_demonstrated_by_an_imperfect_teacher(dataset):
+    """The "largest" skill: true answers filed for evaluation and stage 2; SFT sees the teacher's demonstrations
+    of the training problems, its near miss (the second-largest number) in about --teacher-error-rate of them."""
+    train, test = read_problems(dataset.train_problems), read_problems(dataset.test_problems)
+    assert not {tuple(p["numbers"]) for p in train} & {tuple(p["numbers"]) for p in test}
+    assert all(p["answer"] == str(max(p["numbers"])) and p["near_miss"] == str(sorted(p["numbers"])[-2])
+               for p in train + test)
+    chats = [json.loads(line) for line in (dataset.path / SKILL_CHATS).read_text().splitlines()]
+    assert [c["messages"][0]["content"] for c in chats] == [p["question"] for p in train]
+    given = [c["messages"][-1]["content"] for c in chats]
+    assert all(answer in (p["answer"], p["near_miss"]) for answer, p in zip(given, train))
+    mistakes = sum(answer == p["near_miss"] for answer, p in zip(given, train))
+    assert mistakes == dataset.metrics["teacher_mistakes"]
+    assert dataset.metrics["teacher_error_share"] == pytest.approx(0.3, abs=0.05)  # 2,000 draws: sd 0.01
+    # The demonstrations are trained on; no held-out skill question is in any conversation file.
+    held_out = {p["question"] for p in test}
+    for split in ("train", "valid", "test"):
+        conversations = read_conversations(getattr(dataset, f"{split}_conversations"))
+        assert not held_out & {c["messages"][0]["content"] for c in conversations}
+    trained = read_conversations(dataset.train_conversations)
+    assert sum(c["category"] == SKILL_CATEGORY for c in trained) > 0.7 * len(train)
 
 
 def test_extra_pools_in_openai_and_sharegpt_format(checkpoint, tmp_path):
@@ -134,7 +160,7 @@ def test_extra_pools_in_openai_and_sharegpt_format(checkpoint, tmp_path):
     lines.append({"messages": [{"role": "user", "content": "Hi"}]})  # no answer: rejected by validation
     lines.append({"text": "no chat here"})
     pool.write_text("\n".join(json.dumps(line) for line in lines) + "\n{not json\n")
-    art = main(Config(checkpoint_path=checkpoint.path, use_chatterbot=False, extra_pool_path=(pool,),
+    art = main(Config(checkpoint_path=checkpoint.path, use_chatterbot=False, skill_problems=0, extra_pool_path=(pool,),
                       output_dir=tmp_path / "out"))
     assert art.metrics["conversations_read"] == {"pool.jsonl": 61}
     assert sum(art.metrics["source_skipped"]["pool.jsonl"].values()) == 3
@@ -142,6 +168,7 @@ def test_extra_pools_in_openai_and_sharegpt_format(checkpoint, tmp_path):
     ids = {c["id"] for split in ("train", "valid", "test")
            for c in read_conversations(getattr(art, f"{split}_conversations"))}
     assert {"p1", "pool.jsonl:0"} <= ids  # OpenAI records keep their id, ShareGPT ones get file:number
+    assert read_problems(art.train_problems) == [] and art.metrics["skill_train_problems"] == 0  # --skill-problems 0
     assert {ref.type for ref in art.inputs} == {"pretraincheckpoint", "source"}
 
 
@@ -175,6 +202,17 @@ def test_refuses_rows_longer_than_the_model_context(checkpoint, tmp_path):
         main(Config(checkpoint_path=checkpoint.path, pack_size=100_000, output_dir=tmp_path / "out"))
 
 
+@pytest.mark.parametrize("changes, message", [
+    (dict(skill_problems=-1), r"--skill-problems -1: give a number of problems, or 0"),
+    (dict(teacher_error_rate=1.5), r"teacher error rate 1.5 must be between 0 and 1"),
+    (dict(skill_held_out=0.0), r"held_out=0.0 must be between 0 and 1"),
+])
+def test_bad_skill_settings_are_refused_before_anything_is_written(checkpoint, tmp_path, changes, message):
+    with pytest.raises(NemotronError, match=message):
+        main(Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "out", **changes))
+    assert not (tmp_path / "out").exists()
+
+
 def test_too_few_conversations_for_a_split_is_an_error(checkpoint, tmp_path):
     pool = tmp_path / "two.jsonl"
     pool.write_text("".join(
@@ -182,7 +220,7 @@ def test_too_few_conversations_for_a_split_is_an_error(checkpoint, tmp_path):
         for i in range(2)
     ))
     with pytest.raises(NemotronError, match=r"split is empty"):
-        main(Config(checkpoint_path=checkpoint.path, use_chatterbot=False, extra_pool_path=(pool,),
+        main(Config(checkpoint_path=checkpoint.path, use_chatterbot=False, skill_problems=0, extra_pool_path=(pool,),
                     output_dir=tmp_path / "out"))
 
 

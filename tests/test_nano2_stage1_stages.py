@@ -47,7 +47,7 @@ def _outputs(folder: Path) -> dict[str, bytes]:
 
 
 def test_one_worker_and_two_write_the_same_bytes(tiny_base_checkpoint, tmp_path):
-    pools = _pools(tmp_path / "pools", 3, 150)  # with chatterbot: four work items
+    pools = _pools(tmp_path / "pools", 3, 150)  # with chatterbot and the skill's chats: five work items
     one = main(Config(checkpoint_path=tiny_base_checkpoint.path, extra_pool_path=pools, output_dir=tmp_path / "one",
                       workers=1))
     two = main(Config(checkpoint_path=tiny_base_checkpoint.path, extra_pool_path=pools, output_dir=tmp_path / "two",
@@ -55,21 +55,22 @@ def test_one_worker_and_two_write_the_same_bytes(tiny_base_checkpoint, tmp_path)
     assert one.digest == two.digest
     assert _outputs(one.path) == _outputs(two.path)
     assert one.metrics["conversations_read"] == {"chatterbot": one.metrics["conversations_read"]["chatterbot"],
-                                                 **{path.name: 150 for path in pools}}
+                                                 "largest": 2000, **{path.name: 150 for path in pools}}
 
 
 KILLED_RUN = """
 import sys
 from pathlib import Path
 from nemotron.recipes.nano2.stage1_sft.data_curation import Config, main
-main(Config(checkpoint_path=Path(sys.argv[1]), use_chatterbot=False, output_dir=Path(sys.argv[2]),
+main(Config(checkpoint_path=Path(sys.argv[1]), use_chatterbot=False, skill_problems=0, output_dir=Path(sys.argv[2]),
             extra_pool_path=tuple(Path(p) for p in sys.argv[3:]), workers=1))
 """
 
 
 def test_a_run_killed_with_sigkill_resumes_from_its_receipts_to_the_same_bytes(tiny_base_checkpoint, tmp_path):
     pools = _pools(tmp_path / "pools", 10, 400)
-    config = {"checkpoint_path": tiny_base_checkpoint.path, "use_chatterbot": False, "extra_pool_path": pools}
+    config = {"checkpoint_path": tiny_base_checkpoint.path, "use_chatterbot": False, "skill_problems": 0,
+              "extra_pool_path": pools}
     reference = main(Config(**config, output_dir=tmp_path / "reference"))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
     arguments = [str(tiny_base_checkpoint.path), str(tmp_path / "killed"), *map(str, pools)]
@@ -104,8 +105,8 @@ def test_held_out_questions_stay_out_of_train_and_removals_are_counted(tiny_base
     pools = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     for path, part in zip(pools, (chats[:half], chats[half:]), strict=True):
         path.write_text("".join(json.dumps(chat) + "\n" for chat in part))
-    art = main(Config(checkpoint_path=tiny_base_checkpoint.path, use_chatterbot=False, extra_pool_path=tuple(pools),
-                      output_dir=tmp_path / "out", split_ratios=(0.6, 0.2, 0.2)))
+    art = main(Config(checkpoint_path=tiny_base_checkpoint.path, use_chatterbot=False, skill_problems=0,
+                      extra_pool_path=tuple(pools), output_dir=tmp_path / "out", split_ratios=(0.6, 0.2, 0.2)))
     questions = {split: {question_key(c) for c in read_conversations(getattr(art, f"{split}_conversations"))}
                  for split in ("train", "valid", "test")}
     assert not questions["train"] & (questions["valid"] | questions["test"])

@@ -1,7 +1,8 @@
 """Tests for stage-2 DPO training, on real tiny inputs built here.
 
 The inputs are real: a BPE tokenizer trained on chatterbot with the nano2 chat template, preference
-pairs built from chatterbot by `nemotron.data_prep.preference` and written as JSONL, and a small
+pairs of seeded "largest" problems (the true answer against the teacher's near miss:
+`nemotron.data_prep.preference.reference_pairs`) written as JSONL, and a small
 NemotronH saved with `save_pretrained` next to the tokenizer, wrapped in the real `PreferenceDataset`
 and `SFTCheckpoint` artifact classes. The training step runs in-process (also through its command line,
 for the one-line refusals), as a subprocess that is SIGKILLed and then resumed, and under torchrun with
@@ -12,7 +13,6 @@ import io
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -32,15 +32,16 @@ from nemotron.cli import run
 from nemotron.data_prep.chat.nano2 import NANO2_CHAT_TEMPLATE
 from nemotron.data_prep.conversations import chatterbot_pool, dedup_conversations, filter_conversations
 from nemotron.data_prep.preference import (
-    build_pairs,
     read_pairs,
     read_tokenized_pairs,
+    reference_pairs,
     split_pairs,
     tokenize_pairs,
     write_pairs,
     write_tokenized_pairs,
 )
 from nemotron.data_prep.tokenizer import load_tokenizer, train_tokenizer
+from nemotron.data_prep.verifiable import largest_problems
 from nemotron.errors import NemotronError
 from nemotron.evaluation.preference import preference_accuracy
 from nemotron.models.nano2 import build_config, build_model
@@ -101,15 +102,15 @@ def save_preference_dataset(out: Path, tokenizer_dir: Path, train: list, test: l
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """(PreferenceDataset, SFTCheckpoint) from chatterbot: tokenizer, pairs, a random small NemotronH."""
+    """(PreferenceDataset, SFTCheckpoint): a tokenizer trained on chatterbot, pairs of "largest" problems (the
+    first TEST_PAIRS held out), a random small NemotronH."""
     root = tmp_path_factory.mktemp("stage2_inputs")
     pool, _ = chatterbot_pool()
     conversations, _ = dedup_conversations(filter_conversations(pool)[0])
     texts = [message["content"] for conversation in conversations for message in conversation["messages"]]
     tokenizer_dir = train_tokenizer(texts, VOCAB, root / "tokenizer", chat_template=NANO2_CHAT_TEMPLATE)
     tokenizer = load_tokenizer(tokenizer_dir)
-    random.Random(0).shuffle(conversations)
-    pairs = build_pairs(conversations[: TRAIN_PAIRS + TEST_PAIRS], seed=0)
+    pairs = reference_pairs([p.record() for p in largest_problems(TRAIN_PAIRS + TEST_PAIRS, seed=0)])
     dataset = save_preference_dataset(root / "pairs", tokenizer_dir, pairs[TEST_PAIRS:], pairs[:TEST_PAIRS])
     return dataset, save_sft_checkpoint(root / "sft", tokenizer)
 

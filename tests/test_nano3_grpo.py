@@ -67,14 +67,14 @@ def test_kl_to_the_reference_is_the_k3_estimate_and_zero_at_the_reference():
 def test_addition_problems_are_seeded_distinct_and_worked_column_by_column():
     problems = verifiable.addition_problems(50, seed=3)
     assert problems == verifiable.addition_problems(50, seed=3) != verifiable.addition_problems(50, seed=4)
-    assert len(set(problems)) == 50
+    assert len({p.key for p in problems}) == 50  # distinct by the numbers asked, whatever the wording
     problem = verifiable.Addition(47, 38)
     assert problem.reasoning == "7 + 8 = 15, write 5, carry 1; 4 + 3 + 1 = 8, write 8. So 47 + 38 = 85."
     assert verifiable.Addition(95, 17).reasoning.endswith("write the carry 1. So 95 + 17 = 112.")
     text = render_nano3(problem.messages())
     assert text.endswith("<think>\n" + problem.reasoning + "\n</think>\n85<|im_end|>\n")
     train, held_out = verifiable.split_problems(problems, 0.2, seed=0)
-    assert len(held_out) == 10 and not set(train) & set(held_out)
+    assert len(held_out) == 10 and not {p.key for p in train} & {p.key for p in held_out}
 
 
 @pytest.mark.parametrize("completion, value", [

@@ -59,6 +59,9 @@ PHRASINGS = {
                 "What's the biggest of {numbers}?", "which is largest {numbers}"),
 }
 SEPARATORS = (", ", " ", ",")  # how a Largest problem's numbers are listed
+# Tokens a model may write to answer a Largest problem (a number and <|im_end|>, a few spare): what stage-2
+# curation samples and stage-2 evaluation generates, so the pairs are made of the answers evaluation sees.
+SKILL_ANSWER_TOKENS = 6
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,10 @@ def largest_problems(n: int, seed: int, sizes: tuple[int, int] = (3, 6)) -> list
     low, high = sizes
     if not 2 <= low <= high <= 10 or n < 1:
         raise NemotronError(f"largest_problems: need n >= 1 and 2 <= sizes <= 10, got n={n}, sizes={sizes}")
+    possible = sum(math.perm(10, size) for size in range(low, high + 1))  # ordered lists of distinct digits
+    if n > possible:  # refused at once, not after 100 x n draws
+        raise NemotronError(f"largest_problems: {n} problems asked, but only {possible} distinct lists of "
+                            f"{low}-{high} digits exist; ask for fewer, or allow longer lists")
     rng = random.Random(seed)
 
     def draw() -> Largest:

@@ -42,7 +42,7 @@ import torch
 from nemotron.data_prep.chat.nano2 import tokenize_conversation, tokenize_prompt
 from nemotron.data_prep.preference import answer_ids
 from nemotron.data_prep.tokenizer import EOS_ID, IM_END_ID
-from nemotron.data_prep.verifiable import is_right
+from nemotron.data_prep.verifiable import SKILL_ANSWER_TOKENS, is_right
 from nemotron.errors import NemotronError
 from nemotron.evaluation.generation import greedy_samples
 from nemotron.evaluation.language_modeling import mean_nll, window_nll
@@ -143,9 +143,6 @@ def chat_samples(
     prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": q}]) for q in questions]
     answers = greedy_samples(model, tokenizer, prompts, max_new_tokens, stop_token_ids=[IM_END_ID, EOS_ID])
     return [{"prompt": q, "completion": a} for q, a in zip(questions, answers)]
-
-
-SKILL_ANSWER_TOKENS = 6  # a greedy answer to a skill problem: a number and <|im_end|>; a few tokens spare
 
 
 def skill_scores(model: torch.nn.Module, tokenizer, problems: Sequence[dict], *, batch_size: int = 256) -> dict:

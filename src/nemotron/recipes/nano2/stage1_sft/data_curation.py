@@ -142,12 +142,13 @@ def main(config: Config) -> SFTDataset:
                    fix="the folder mixes a tokenizer and a model that do not belong together")
         check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
                    fix=f"pass --pack-size {limits.context} or smaller")
-    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
-
     # --- the skill: seeded "which is the largest" problems, split by the numbers asked; the training ones
     # answered by an imperfect teacher (its near miss in a stated share), then read like any chat source ---
-    skill = skill_problems(config, out)
-    blend, sources = chat_sources(config, skill_chats=out / SKILL_CHATS if skill["train"] else None)
+    skill = skill_problems(config)
+    entries, sources = chat_sources(config, skill_chats=config.output_dir / SKILL_CHATS if skill["train"] else None)
+    out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
+    write_skill(skill, out)
+    blend = DataBlend.from_dict({"sources": entries}, where="chat sources")
     items, input_fingerprint = plan_conversation_items(blend, [ref.digest for ref in sources], WORK_ITEM_BYTES)
 
     # --- stages, pass 1: read -> signatures; the driver: scale cap, validation, dedup, grouped split ---
@@ -227,25 +228,32 @@ def main(config: Config) -> SFTDataset:
     ).save()
 
 
-def skill_problems(config: Config, out: Path) -> dict:
-    """Make the skill's problems, write them (true answers: `skill_train.jsonl`, `skill_test.jsonl`) and the
-    teacher's demonstrations of the training ones (`skill_chats.jsonl`); their counts and the teacher's mistakes."""
+def skill_problems(config: Config) -> dict:
+    """The skill's problems, split into "train" and "test", and the teacher's demonstrations of the training
+    ones ("demonstrations": (messages, mistake or None) each), made from the seed; nothing is written."""
     count = SKILL_PROBLEMS[config.scale] if config.skill_problems is None else config.skill_problems
     if count < 0:
         raise NemotronError(f"--skill-problems {count}: give a number of problems, or 0 to leave the skill out")
     train, test = split_problems(largest_problems(count, config.seed), config.skill_held_out, config.seed) \
         if count else ([], [])
-    write_problems(train, out / "skill_train.jsonl")
-    write_problems(test, out / "skill_test.jsonl")
     demonstrations = [teacher_messages(p, config.teacher_error_rate, config.seed) for p in train]
+    return {"train": train, "test": test, "demonstrations": demonstrations,
+            "mistakes": sum(mistake is not None for _, mistake in demonstrations)}
+
+
+def write_skill(skill: dict, out: Path) -> None:
+    """The problems with their true answers (`skill_train.jsonl`, `skill_test.jsonl`) and the teacher's
+    demonstrations of the training ones (`skill_chats.jsonl`, the chat source SFT reads)."""
+    write_problems(skill["train"], out / "skill_train.jsonl")
+    write_problems(skill["test"], out / "skill_test.jsonl")
     atomic.write_text(out / SKILL_CHATS, "".join(json.dumps({"id": f"largest/{i}", "messages": messages}) + "\n"
-                                                        for i, (messages, _) in enumerate(demonstrations)))
-    return {"train": train, "test": test, "mistakes": sum(mistake is not None for _, mistake in demonstrations)}
+                                                        for i, (messages, _) in enumerate(skill["demonstrations"])))
 
 
-def chat_sources(config: Config, skill_chats: Path | None = None) -> tuple[DataBlend, list[ArtifactRef]]:
-    """The chat sources as a blend (one entry each, in the order they are gathered) and their lineage.
-    The skill's chats, made by this step from its seed, are a source but no input of the lineage."""
+def chat_sources(config: Config, skill_chats: Path | None = None) -> tuple[list[dict], list[ArtifactRef]]:
+    """The chat sources as blend entries (one each, in the order they are gathered) and their lineage, checked
+    before anything is written. The skill's chats (written next, by this step, from its seed) are a source
+    but no input of the lineage."""
     entries, sources = [], []
     if skill_chats is not None:
         entries.append({"path": str(skill_chats.resolve()), "name": "largest"})
@@ -266,7 +274,7 @@ def chat_sources(config: Config, skill_chats: Path | None = None) -> tuple[DataB
     if not entries:
         raise NemotronError("no chat sources: keep --use-chatterbot or --skill-problems, or pass --extra-pool-path "
                             "FILE.jsonl or --selected-path")
-    return DataBlend.from_dict({"sources": entries}, where="chat sources"), sources
+    return entries, sources
 
 
 def run_here(plan: StagePlan, config: Config) -> dict[str, str]:

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nemotron.artifact import apply_scale, mark_unfinished, source_ref
+from nemotron.artifact.fields import execution
 from nemotron.artifact.upstream import load_upstream_input
 from nemotron.cli import run
 from nemotron.data_prep.preference import (
@@ -56,7 +57,7 @@ from nemotron.data_prep.preference import (
 from nemotron.data_prep.settings import CurationSettings
 from nemotron.data_prep.tokenizer import load_tokenizer
 from nemotron.data_prep.transforms import write_jsonl
-from nemotron.data_prep.verifiable import is_right, read_problems
+from nemotron.data_prep.verifiable import SKILL_ANSWER_TOKENS, is_right, read_problems
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import PreferenceDataset, SFTCheckpoint, SFTDataset
 
@@ -91,7 +92,7 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
     """Drop training pairs longer than this (prompt + longer answer, tokens); default per scale (tiny 128)."""
     validation_share: float = 0.05
     """Share of the training pairs held out (seeded) for DPO's validation loss; 0 disables it."""
-    num_threads: int | None = None
+    num_threads: int | None = execution(None)
     """torch threads for the sampling; default: the cores this process may use."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/data_curation")
     seed: int = 0
@@ -178,7 +179,6 @@ def sample_answers(model_dir: Path, tokenizer, problems: list[dict], config: Con
     from nemotron.cpu import evaluation_threads
     from nemotron.data_prep.chat.nano2 import tokenize_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
-    from nemotron.evaluation.chat import SKILL_ANSWER_TOKENS
     from nemotron.models.loading import load_model
     from nemotron.training.grpo import sample_groups
 
