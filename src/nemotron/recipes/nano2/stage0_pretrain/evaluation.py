@@ -14,12 +14,8 @@ With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same held-out 
 (`loglikelihood_rolling` in windows of the trained seq_len: word and byte perplexity, bits per byte),
 and any standard `--benchmarks` whose data is in the local Hugging Face cache; its numbers go to
 `metrics["lm_eval"]` and lm_eval_results.json, the task YAMLs to lm_eval_tasks/ (rerun them with
-`lm_eval --include_path`). lm-eval scores each document on its own, so its bits per byte is close to
-ours, not equal (`heldout_documents`).
-
-The model is loaded from the checkpoint's Hugging Face folder with `AutoModelForCausalLM.from_pretrained`,
-nothing of ours in between, so the numbers are what anyone gets from that folder
-(`heldout_loss_of_model_dir` is that computation on its own; a test checks it against plain transformers).
+`lm_eval --include_path`); its bits per byte is close to ours, not equal (`heldout_documents` says why).
+The model is loaded from the checkpoint's Hugging Face folder alone (`heldout_loss_of_model_dir`).
 
 Inputs: a `PretrainCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`) and the
 `PretrainDataset` it was trained on (`--dataset-path`, else stdin in a pipe, else the checkpoint's
@@ -169,7 +165,9 @@ def heldout_loss_of_model_dir(
 ) -> tuple[float, int]:
     """(mean NLL in nats, tokens scored) of a Hugging Face model folder on held-out bin/idx shards.
 
-    Exactly what `main` reports as validation_loss, from the folder and the shards alone.
+    Exactly what `main` reports as validation_loss, from the folder and the shards alone: the model is
+    loaded with `AutoModelForCausalLM.from_pretrained`, nothing of ours in between, so the numbers are what
+    anyone gets from that folder (a test checks them against plain transformers).
     """
     from nemotron.evaluation.language_modeling import heldout_loss
     from nemotron.models.loading import load_model

@@ -9,32 +9,16 @@ Both models are scored in the same run on the same held-out TEST conversations o
   answers to other questions, scored by log-likelihood as lm-evaluation-harness scores MMLU (`acc`,
   and `acc_norm` divided by answer length in characters), and `acc_mutual_info` (Holtzman et al., 2021):
   log p(answer | question) minus log p(answer | "Answer:"). Chance is 25%. The mutual-info accuracy is the
-  headline (`*_answer_accuracy_mutual_info`); see "Why mutual information" below;
+  headline (`*_answer_accuracy_mutual_info`; why, measured: at the items in `main`);
+- the skill (stage-1 curation's skill chats): per held-out problem, the greedy answer checked and the
+  exact chance that a sampled answer is right (`nemotron.evaluation.chat.skill_scores`);
 - a few greedy chat answers of both models to the same held-out questions (samples.json: prompt,
   completion of the SFT model, base_completion), so a reader sees what SFT changed.
-With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local
-task (`nano2_answers`: acc, acc_norm, acc_mutual_info) for both models, plus any standard `--benchmarks`
-whose data is in the local Hugging Face cache (`nemotron.evaluation.harness`; a test checks lm-eval's
-numbers equal ours on the same requests). Its numbers go to `metrics["lm_eval"]`.
-The shared pieces live in `nemotron.evaluation.chat`; stage-2 evaluation reports the same answer
-accuracy for the DPO model.
-
-Why mutual information (measured on a tiny recipe run: 1.5M-parameter base, SFT at lr 3e-3 for 60 steps
-on 725 chats; 5 seeded distractor sets per item; +- is the paired standard error of SFT minus base):
-
-    distractors from         items  base acc/norm/MI     SFT acc/norm/MI      SFT-base MI
-    any category, test        90    .264/.258/.118       .256/.258/.384       +.267 +- .047
-    any category, test+valid 173    .265/.239/.120       .260/.237/.397       +.276 +- .033
-    same category, test       75    .259/.264/.208       .264/.251/.243       +.035 +- .058
-
-Plain `acc` and `acc_norm` stay at chance for both models whatever the distractors: a model this small
-learns which answers are typical (the answer prior), and that prior, not the question, decides the raw
-log-likelihood. Subtracting it shows SFT did learn to tie questions to on-topic answers (from below chance
-to ~0.39), but not the fine-grained answer within a topic (same-category distractors: no significant gain).
-So the default keeps distractors from ANY category (a test a model of this size can pass or fail), and
-TEST conversations only: valid was used to choose the SFT learning rate, and extra distractor draws shrink
-the distractor noise but not the noise of sampling ~80 distinct questions. Why the base model scores below
-chance on mutual information is not understood.
+The lesson is each held-out conversation's answer NLL, base -> SFT (paired); the changed answers, the
+skill problems whose greedy answer SFT made right (or wrong). With `--harness lm_eval`,
+lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local task (`nano2_answers`) for
+both models, plus any standard `--benchmarks` whose data is in the local Hugging Face cache
+(`nemotron.evaluation.harness`; a test checks lm-eval's numbers equal ours on the same requests).
 
 Inputs: an `SFTCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`), the `SFTDataset` it
 was trained on and the stage-0 `PretrainCheckpoint` it started from (each: its `--...-path` flag, else
@@ -108,6 +92,23 @@ def main(config: Config) -> SFTResults:
     conversations = everything[:limit]
     # The answer test and the chat samples are about the chat (chatterbot); the skill has its own measures.
     chats = [c for c in everything if c.get("category") != SKILL_CATEGORY][:limit]
+    # Why the headline is the mutual-information accuracy (measured on a tiny recipe run: 1.5M-parameter base,
+    # SFT at lr 3e-3 for 60 steps on 725 chats; 5 seeded distractor sets per item; +- is the paired standard
+    # error of SFT minus base):
+    #
+    #     distractors from         items  base acc/norm/MI     SFT acc/norm/MI      SFT-base MI
+    #     any category, test        90    .264/.258/.118       .256/.258/.384       +.267 +- .047
+    #     any category, test+valid 173    .265/.239/.120       .260/.237/.397       +.276 +- .033
+    #     same category, test       75    .259/.264/.208       .264/.251/.243       +.035 +- .058
+    #
+    # Plain `acc` and `acc_norm` stay at chance for both models whatever the distractors: a model this small
+    # learns which answers are typical (the answer prior), and that prior, not the question, decides the raw
+    # log-likelihood. Subtracting it shows SFT did learn to tie questions to on-topic answers (from below chance
+    # to ~0.39), but not the fine-grained answer within a topic (same-category distractors: no significant gain).
+    # So the distractors come from ANY category (a test a model of this size can pass or fail), and from TEST
+    # conversations only: valid was used to choose the SFT learning rate, and extra distractor draws shrink the
+    # distractor noise but not the noise of sampling ~80 distinct questions. Why the base model scores below
+    # chance on mutual information is not understood.
     items = answer_items(chats, config.num_distractors, config.seed)
     questions = sample_questions(chats, config.num_samples)
     problems = read_problems(dataset.test_problems, limit)  # the skill's held-out problems
