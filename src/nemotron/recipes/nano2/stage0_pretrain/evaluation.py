@@ -14,12 +14,8 @@ With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same held-out 
 (`loglikelihood_rolling` in windows of the trained seq_len: word and byte perplexity, bits per byte),
 and any standard `--benchmarks` whose data is in the local Hugging Face cache; its numbers go to
 `metrics["lm_eval"]` and lm_eval_results.json, the task YAMLs to lm_eval_tasks/ (rerun them with
-`lm_eval --include_path`). lm-eval scores each document on its own, so its bits per byte is close to
-ours, not equal (`heldout_documents`).
-
-The model is loaded from the checkpoint's Hugging Face folder with `AutoModelForCausalLM.from_pretrained`,
-nothing of ours in between, so the numbers are what anyone gets from that folder
-(`heldout_loss_of_model_dir` is that computation on its own; a test checks it against plain transformers).
+`lm_eval --include_path`); its bits per byte is close to ours, not equal (`heldout_documents` says why).
+The model is loaded from the checkpoint's Hugging Face folder alone (`heldout_loss_of_model_dir`).
 
 Inputs: a `PretrainCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`) and the
 `PretrainDataset` it was trained on (`--dataset-path`, else stdin in a pipe, else the checkpoint's
@@ -34,23 +30,19 @@ recorded lineage). Output: a `PretrainResults` (numbers in fields and metrics, s
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream_input
+from nemotron.artifact import apply_scale
 from nemotron.cli import run
 from nemotron.data_prep.indexed import IndexedReader
 from nemotron.data_prep.tokenizer import EOS_ID
 from nemotron.errors import NemotronError
+from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import LMEvalSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset, PretrainResults
 from nemotron.recipes.nano2.stage0_pretrain.training import SEQ_LEN as TRAINING_SEQ_LEN
-from nemotron.trackers import get_lineage_tracker
 
 # Held-out tokens scored at full scale; apply_scale gives tiny 10,000 (~40 windows of 256 tokens).
 FULL_EVAL_TOKENS = 4_000_000
@@ -90,28 +82,24 @@ class Config(LMEvalSettings):
 
 
 def main(config: Config) -> PretrainResults:
-    # --- setup: the checkpoint, the dataset it was trained on, and how much to score ---
-    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.generation import greedy_samples
-    from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, text_task
+    from nemotron.evaluation.harness import text_task
     from nemotron.evaluation.language_modeling import score_against_unigram
-    from nemotron.models.loading import load_model
     from nemotron.training.windows import heldout_windows
 
-    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
-    checkpoint = PretrainCheckpoint.load_input(config, "checkpoint")
-    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    dataset = load_upstream_input(PretrainDataset, config, "dataset", made_from=[checkpoint])
+    # --- inputs: the checkpoint, the dataset it was trained on, and how much to score ---
+    evaluation = EvaluationRun(config, PretrainCheckpoint)  # refuses bad --harness/--benchmarks first
+    checkpoint = evaluation.checkpoint
+    dataset = evaluation.upstream(PretrainDataset, "dataset", made_from=[checkpoint])
     seq_len = config.seq_len or trained_seq_len(checkpoint)
     prefixes = dataset.valid_prefixes if config.split == "valid" else dataset.test_prefixes
     if not prefixes:
         raise NemotronError(f"{dataset.path}: the dataset has no {config.split} shards; pass --split valid")
     max_tokens = config.max_tokens or apply_scale(FULL_EVAL_TOKENS, config.scale)
 
-    with evaluation_threads(config.num_threads):
+    with evaluation.model(checkpoint) as (model, tokenizer):
         # --- model and baseline: held-out loss of the checkpoint's Hugging Face folder, and of unigram
         # frequencies of the training shards on the same targets ---
-        model, tokenizer = load_model(checkpoint.model_dir)
         windows = heldout_windows(prefixes, seq_len, max_tokens)
         scores = score_against_unigram(model, tokenizer, windows, dataset.train_prefixes, config.batch_size)
 
@@ -122,42 +110,26 @@ def main(config: Config) -> PretrainResults:
         samples = [{"prompt": p, "completion": c} for p, c in zip(SAMPLE_PROMPTS, completions)]
 
         # --- lm-eval (--harness lm_eval): held-out documents, rolling windows of seq_len; any --benchmarks ---
-        out = mark_unfinished(config.output_dir)
-        lm_eval, lm_eval_metrics = {"benchmarks": []}, {}
-        if lm_eval_tasks is not None:
+        lm_eval_metrics = {}
+        if evaluation.with_lm_eval:
             texts = heldout_documents(prefixes, tokenizer, max_tokens)
-            lm_eval_metrics, benchmarks, results_path = evaluate_with_lm_eval(
-                out, lm_eval_tasks, [text_task("nano2_heldout_text", texts)], {"base": checkpoint.model_dir},
-                config.benchmarks, batch_size=config.batch_size, max_length=seq_len, limit=config.benchmark_limit,
-            )
-            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
+            lm_eval_metrics = evaluation.lm_eval([text_task("nano2_heldout_text", texts)],
+                                                 {"base": checkpoint.model_dir}, max_length=seq_len)
 
     # --- save ---
-    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
     numbers = {name: scores[name] for name in ("validation_loss", "perplexity", "bits_per_byte", "unigram_loss",
                                                 "unigram_bits_per_byte")}
-    metrics = {
-        **scores,
-        "num_windows": len(windows),
-        "seq_len": seq_len,
-        "wall_seconds": time.perf_counter() - started,
-    }
+    metrics = {**scores, "num_windows": len(windows), "seq_len": seq_len}
     if lm_eval_metrics:
         metrics["lm_eval"] = lm_eval_metrics
-    get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in numbers.items()}, step=checkpoint.steps)
-    return PretrainResults(
-        path=out,
-        config=asdict(config),
-        scale=config.scale,
-        seed=config.seed,
+    return evaluation.save(
+        PretrainResults,
         inputs=[checkpoint, dataset],
-        samples_path=out / "samples.json",
-        num_tokens=scores["num_tokens"],
-        harness=config.harness,
-        **lm_eval,
+        samples=samples,
         metrics=metrics,
+        num_tokens=scores["num_tokens"],
         **numbers,
-    ).save()
+    )
 
 
 def trained_seq_len(checkpoint: PretrainCheckpoint) -> int:
@@ -193,7 +165,9 @@ def heldout_loss_of_model_dir(
 ) -> tuple[float, int]:
     """(mean NLL in nats, tokens scored) of a Hugging Face model folder on held-out bin/idx shards.
 
-    Exactly what `main` reports as validation_loss, from the folder and the shards alone.
+    Exactly what `main` reports as validation_loss, from the folder and the shards alone: the model is
+    loaded with `AutoModelForCausalLM.from_pretrained`, nothing of ours in between, so the numbers are what
+    anyone gets from that folder (a test checks them against plain transformers).
     """
     from nemotron.evaluation.language_modeling import heldout_loss
     from nemotron.models.loading import load_model

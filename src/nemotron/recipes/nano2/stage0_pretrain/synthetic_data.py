@@ -9,24 +9,17 @@ hosted API at scale (`--endpoint.url`, `--endpoint.model`, `--endpoint.api-key-e
 1. setup: seed documents (train split only) and their statistics; the strategies, whose templates
    are checked against the seed columns; the endpoint's health check and a test request. Every one
    of these fails in one line before any generation request.
-2. work: optional `--preview N` (records beside their originals on stderr); every (document,
-   strategy) request with at most `--endpoint.max-parallel-requests` in flight, appended to a JSONL
-   file as answers arrive (an interrupted run resumes; `nemotron.sdg.client.run_jobs`); the judge
-   scores each rephrase with a rubric as structured output; the throughput of the endpoint,
-   sequential vs concurrent.
+2. work: optional `--preview N`; every (document, strategy) request, at most
+   `--endpoint.max-parallel-requests` in flight, appended to a JSONL file as answers arrive (an
+   interrupted run resumes); the judge's scores; the endpoint's throughput and MFU (at `measure`).
 3. finalize: synthetic.parquet (what the stage-0 blend reads), bill.json (tokens, FLOPs, GPU-hours,
    memory, 10x-1000x projections, the MFU the endpoint reached; also printed as a table), and a
    `SyntheticDataset` whose lineage names the seed files and the model.
 
-The MFU of the measurement is 2 x active parameters x tokens/s over the peak of the serving devices, for
-any server: `--active-params` (default: what our server reports), `--num-gpus` (0: a CPU server) and
-`--peak-flops` (per device). `--preset whole-documents` rephrases whole documents the way the lab does
-(answers up to 2,048 tokens at temperature 0.7, thinking off; `PRESETS`); src/nemotron/sdg/README.md
-gives the vLLM launch command it pairs with.
-
-Records whose structured answer stays invalid after the retries are counted (`failed_records`) and
-left out; a re-run asks for them again. An endpoint that stays unreachable stops the run with one
-line naming the URL (what was written is kept).
+`--preset whole-documents` rephrases whole documents the way the lab does (`PRESETS`). Records whose
+structured answer stays invalid after the retries are counted (`failed_records`) and left out; a re-run
+asks for them again. An endpoint that stays unreachable stops the run with one line naming the URL
+(what was written is kept).
 
     python -m nemotron.serve --port 8000 &
     python -m nemotron.recipes.nano2.stage0_pretrain.synthetic_data --strategies wikipedia_rephrase diverse_qa
@@ -141,7 +134,8 @@ def main(config: Config) -> SyntheticDataset:
         judge_client.check()
     out = mark_unfinished(config.output_dir.resolve())
 
-    # --- work: preview, generate (resumable), judge, measure ---
+    # --- work: preview (records beside their originals, on stderr), generate (resumable:
+    # `nemotron.sdg.client.run_jobs`), judge (a rubric, as structured output), measure (sequential vs concurrent) ---
     rephraser.preview(config.preview, out / "work")
     generated = rephraser.create(out / "work")
     rows, judge_failed, judge_tokens = generated.rows, {}, None
@@ -200,7 +194,12 @@ def model_ref(model: dict) -> ArtifactRef:
 
 
 def measure(client: Client, config: Config, served: dict) -> dict:
-    """Sequential vs concurrent throughput of the endpoint, and the effective MFU it implies."""
+    """Sequential vs concurrent throughput of the endpoint, and the effective MFU it implies.
+
+    The MFU is 2 x active parameters x tokens/s over the peak of the serving devices, for any server:
+    `--active-params` (default: what our server reports), `--num-gpus` (0: a CPU server) and `--peak-flops`
+    (per device).
+    """
     messages = [{"role": "user", "content": "Write one sentence about the sea."}]
     n = config.measure_requests
     sequential = measure_throughput(client, messages, requests=n, concurrency=1, max_tokens=config.measure_max_tokens)
@@ -234,7 +233,8 @@ def _json(data: dict) -> str:
 # The lab's rephrasing at its own scale (src/nemotron/sdg/README.md, "At the lab's scale"): whole documents
 # (~2,000 tokens each), answers of up to 2,048 tokens at temperature 0.7 from a reasoning model with its
 # thinking switched off, 64 requests in flight. Strings of a structured answer may run to 1,000 characters
-# (a QA answer about a whole document), and a judgment has room for three such reasons.
+# (a QA answer about a whole document), and a judgment has room for three such reasons. The README gives the
+# vLLM launch command it pairs with.
 PRESETS = {
     "whole-documents": Config(
         max_seed_chars=None, max_field_chars=1000, judge_max_tokens=1024, measure_requests=64, measure_max_tokens=256,

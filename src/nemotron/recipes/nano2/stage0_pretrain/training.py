@@ -1,8 +1,7 @@
 """Stage 0, step 2: pretrain the nano2 hybrid Mamba-Transformer from scratch on the curated shards.
 
-Next-token prediction on fixed-length windows of the token stream (the GPT recipe): the model
-predicts every token of the training split from the tokens before it, and the loss is the mean
-cross-entropy over all predicted tokens.
+Next-token prediction on fixed-length windows of the token stream (the GPT recipe): every token of the
+training split is predicted from the tokens before it; the loss is the mean cross-entropy over them all.
 
 Input: a `PretrainDataset` (`--dataset-path`, `--dataset-artifact`, or stdin). Output: a
 `PretrainCheckpoint` (`model/` loads with AutoModelForCausalLM and AutoTokenizer alone,
@@ -13,37 +12,22 @@ Input: a `PretrainDataset` (`--dataset-path`, `--dataset-artifact`, or stdin). O
         | python -m nemotron.recipes.nano2.stage0_pretrain.training
     torchrun --nproc_per_node 2 -m nemotron.recipes.nano2.stage0_pretrain.training --dataset-path ...
 
-Supports:
-- the model of `nemotron.models.nano2` at the run's scale, every shape overridable
-  (`--model-overrides hidden_size=192 hybrid_override_pattern=M-M*-`);
-- windows of `seq_len + 1` tokens read from the bin/idx shards in a seeded order (nemotron.training.windows);
-- AdamW (betas 0.9/0.95, decay on matrices only), linear warmup then warmup-stable-decay (cosine with
-  `--schedule cosine`), gradient clipping, gradient accumulation; fused AdamW; the loss from the last hidden
-  states a block of tokens at a time (nemotron.training.losses), never the full logits;
-- `--device auto|cpu|cuda` and `--precision auto` (bf16 autocast on a GPU, fp32 on a CPU; `bf16` or
-  `fp32` to choose); a checkpoint resumes on another device, precision or thread count;
-- `--compile on|off|auto`: torch.compile of the model and its loss (CUDA graphs on one GPU); auto compiles
-  when the run's steps pass the measured break-even (nemotron.training.compilation); off by default;
-- validation loss on the valid shards every `--eval-every` steps and at the end;
-- resume after a kill: re-run the same command with the same output folder; it continues from the last
-  checkpoint (weights, optimizer, scheduler, RNG, data position) and ends with the same weights and
-  loss as an uninterrupted run (bitwise on CPU);
-- DDP under torchrun (Gloo on CPU, NCCL on GPU): each rank takes its slice of every global batch.
+Supports: the `nemotron.models.nano2` model at the run's scale, any shape by `--model-overrides`
+(`hidden_size=192 hybrid_override_pattern=M-M*-`); AdamW (betas 0.9/0.95), linear warmup then
+warmup-stable-decay (or `--schedule cosine`), clipping, gradient accumulation; `--device auto|cpu|cuda`,
+`--precision auto|bf16|fp32` (bf16 autocast on a GPU, fp32 on a CPU), `--compile on|off|auto`; the
+validation loss every `--eval-every` steps and at the end; resume after a kill (re-run the same command
+on the same folder: it continues from the last checkpoint (weights, optimizer, schedule, RNG, data
+position) and ends with the weights and loss of an uninterrupted run, bitwise on CPU; also on another
+device, precision or thread count); DDP under
+torchrun (Gloo on CPU, NCCL on GPU). At `--scale full` (or `--engine megatron-bridge`) it does not
+train: it writes a Megatron-Bridge run of the `nemotron_nano_9b_v2` pretraining recipe and launches it
+(`--dry-run`: prints it), saving a `MegatronBridgeRun` (`nemotron.training.megatron_bridge`).
 
-At `--scale full` (or with `--engine megatron-bridge`) the step does not train: it writes a Megatron-Bridge
-run folder for the `nemotron_nano_9b_v2` pretraining recipe, filled from the dataset and these settings,
-and launches it (`--dry-run`: prints it) with `--data-root`, `--nodes`, `--gpus-per-node`
-(`nemotron.training.megatron_bridge`); its artifact is a `MegatronBridgeRun`.
-
-Refuses, before training: any model whose weights and optimizer state would not fit in this machine's
-memory (use Megatron-Bridge for those); shards that are missing or
-truncated; a sequence length beyond the model's `max_position_embeddings`; token ids beyond the
-model's vocabulary; resuming a folder that holds a checkpoint of another architecture or of a run with
-other settings or inputs; inputs of another scale.
-
-The bookkeeping (processes, seeds, resume, logging, checkpoints, the final artifact) is
-`nemotron.training.run.TrainingRun`; what is left here is the algorithm. torch and transformers are
-imported inside `main`, so `--help` answers without loading them.
+Refuses, before training: a model whose weights and optimizer state would not fit this machine's
+memory (use Megatron-Bridge for those); missing or truncated shards; a sequence length beyond the
+model's `max_position_embeddings`, or token ids beyond its vocabulary; resuming a folder that holds a
+checkpoint of another architecture, or of a run with other settings or inputs; inputs of another scale.
 """
 
 from __future__ import annotations
@@ -82,6 +66,7 @@ class Config(PretrainingSettings):
 
 
 def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
+    # torch and transformers are imported here, not with the module, so `--help` answers without them.
     import torch
 
     from nemotron.data_prep.indexed import IndexedReader
@@ -103,7 +88,8 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     if config.hands_off:
         return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale])
 
-    # --- compute init ---
+    # --- compute init: the bookkeeping (processes, seeds, resume, logging, checkpoints, the artifact) is the
+    # training run's; what this file keeps is the algorithm ---
     training = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
 
@@ -129,9 +115,11 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
         print(f"nano2 {config.scale}: {count_parameters(model) / 1e6:.2f}M parameters, "
               f"{describe_pattern(model_config.hybrid_override_pattern)}", file=sys.stderr)
 
-    optimizer, scheduler = adamw_with_schedule(model, config, steps)  # AdamW; warmup, then WSD (or cosine)
+    # AdamW (torch's fused kernel where it runs; weight decay on matrices only); warmup, then WSD (or cosine)
+    optimizer, scheduler = adamw_with_schedule(model, config, steps)
 
-    # --- data: seeded windows over the train shards; a fixed slice of the valid shards ---
+    # --- data: seeded windows of seq_len + 1 tokens over the train shards, each rank its slice of every
+    # global batch (nemotron.training.windows); a fixed slice of the valid shards ---
     train, valid, valid_ids = pretraining_windows(
         dataset, seq_len, config.micro_batch_size, config.grad_accum_steps, config.eval_batches, config.seed,
         training.info.rank, training.info.world_size)

@@ -5,33 +5,19 @@ This step turns raw chats into exactly what the SFT trainer reads, and keeps the
 that stage-1 evaluation and stage-2 preference data need. It reads like stage 0's curation, in three
 phases, and no process holds the corpus (docs/data-prep.md): the driver keeps hashes and counts.
 
-1. setup: the stage-0 checkpoint and its tokenizer; the skill: seeded "which is the largest" problems
-   (`nemotron.data_prep.verifiable.Largest`), split by the numbers asked into training and held-out
-   problems (`skill_train.jsonl`, `skill_test.jsonl`, true answers), the training ones answered by an
-   imperfect teacher that gives the second-largest number in `--teacher-error-rate` of them
-   (`skill_chats.jsonl`: what SFT imitates, and stage 2 fixes); the sources as work items
-   (`plan_work_items`): those chats, the offline chatterbot corpus (~2,000 chats, 21 categories), extra JSONL pools
-   (`--extra-pool-path a.jsonl b.jsonl`, OpenAI `messages` or ShareGPT `conversations` records,
-   normalized by `nemotron.data_prep.transforms`; an id-less record is "<file>:<0-based line>") and a
-   post-training selection (`--selected-path selected.parquet`, records with tool calls counted and
-   skipped). What a reader cannot make a conversation of is counted per source and reason.
-2. stages (`data_prep.stages`), two visible lists over those work items:
-   signatures: read -> per conversation, its validation verdict (known roles, non-blank turns, user
-   first, assistant last), exact-dedup hash, question hash and split by a seeded hash of its id; then
-   the driver, from signatures alone (`stages.conversations.resolve_conversations`): scale cap (the
-   first 10,000 read at tiny, all of chatterbot) -> validation (rejects counted by reason) -> exact
-   dedup (chatterbot repeats many Q/A pairs verbatim: more than half of it goes) -> the grouped split:
-   every question (normalized first user message) that landed in several splits moves wholly into one,
-   so no valid or test question is ever trained on (`splits.repair_groups`; moves counted);
-   write: read -> drop by those decisions -> each split's conversations JSONL -> train and valid
-   tokenized in the nano2 chat format (loss on assistant tokens and their `<|im_end|>` only) and packed
-   per work item into packed Parquet (first-fit-decreasing; Krell et al., 2021).
-3. finalize: each split's per-item files joined in plan order into the one file per split that the
-   SFT trainer and the Megatron-Bridge hand-off read; counts from the receipts; an `SFTDataset`.
-
-A tokenizer without the chat markers or the nano2 template is refused. A re-run re-uses every work item
-whose receipt holds. Rows are packed per work item (a source file, or 64 MB of one); at tiny chatterbot
-is one item, so the bytes are those of packing the split whole.
+1. setup: the stage-0 checkpoint and its tokenizer; the skill: seeded "which is the largest" problems,
+   split into training and held-out ones, the training ones answered by an imperfect teacher (wrong in
+   `--teacher-error-rate` of them: what SFT imitates, and stage 2 fixes); the chat sources as work items:
+   those chats, the offline chatterbot corpus, `--extra-pool-path` JSONL pools and a post-training
+   selection (`--selected-path`);
+2. stages (`data_prep.stages`), two visible lists over those work items: signatures (per conversation,
+   its validity, exact hash, question hash and split), then the driver's decisions from signatures alone
+   (scale cap -> validation -> exact dedup -> the grouped split: no valid or test question is ever
+   trained on); write: the decisions -> each split's conversations JSONL -> train and valid tokenized in
+   the nano2 chat format (loss on assistant tokens and their `<|im_end|>` only) and packed into Parquet;
+3. finalize: one file per split, counts from the receipts, an `SFTDataset`.
+Each stage counts what it removes, per source and reason; a re-run re-uses every work item whose
+receipt holds. A tokenizer without the chat markers or the nano2 template is refused.
 
 Input: a stage-0 `PretrainCheckpoint` (its `model_dir` holds the tokenizer). Output: an `SFTDataset`
 (tokenizer copy, packed train/valid Parquet, train/valid/test conversation JSONL, the skill's problems).
@@ -96,7 +82,7 @@ class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_si
     """Curate chat conversations into packed SFT data (train/valid) and held-out test chats."""
 
     use_chatterbot: bool = True
-    """Include the offline chatterbot corpus."""
+    """Include the offline chatterbot corpus (~2,000 chats, 21 categories)."""
     skill_problems: int | None = None
     """"Which is the largest" problems made (a skill a program can check, `nemotron.data_prep.verifiable`),
     train and held out together; default per scale (tiny 2,500); 0 leaves the skill out."""
@@ -106,7 +92,8 @@ class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_si
     """Share of the training problems the teacher answers with its one mistake, the second-largest number:
     SFT imitates it, and stage 2 (DPO on the model's own answers, judged by the checker) fixes it."""
     extra_pool_path: tuple[Path, ...] = ()
-    """Extra JSONL pools of chats (OpenAI `messages` or ShareGPT `conversations` records)."""
+    """Extra JSONL pools of chats (OpenAI `messages` or ShareGPT `conversations` records, normalized by
+    nemotron.data_prep.transforms; a record without an id is `<file>:<0-based line>`)."""
     selected_path: Path | None = None
     """Selected records of the post-training data pipeline (its selected.parquet); tool-using ones are skipped."""
     split_ratios: tuple[float, float, float] = (0.8, 0.1, 0.1)
@@ -142,8 +129,10 @@ def main(config: Config) -> SFTDataset:
                    fix="the folder mixes a tokenizer and a model that do not belong together")
         check_fits(limits, where=str(checkpoint.model_dir), longest=pack_size,
                    fix=f"pass --pack-size {limits.context} or smaller")
-    # --- the skill: seeded "which is the largest" problems, split by the numbers asked; the training ones
-    # answered by an imperfect teacher (its near miss in a stated share), then read like any chat source ---
+    # --- the skill: seeded "which is the largest" problems (`nemotron.data_prep.verifiable.Largest`), split by
+    # the numbers asked (skill_train.jsonl, skill_test.jsonl: true answers); the training ones answered by an
+    # imperfect teacher that gives the second-largest number in --teacher-error-rate of them (skill_chats.jsonl),
+    # then read like any chat source. The sources are checked before anything is written ---
     skill = skill_problems(config)
     entries, sources = chat_sources(config, skill_chats=config.output_dir / SKILL_CHATS if skill["train"] else None)
     out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
@@ -154,10 +143,19 @@ def main(config: Config) -> SFTDataset:
     # --- stages, pass 1: read -> signatures; the driver: scale cap, validation, dedup, grouped split ---
     with timed("signatures", seconds):
         signatures = plan_stages(items, input_fingerprint, [
-            ReadStage(mode="conversation"),  # chatterbot, JSONL pools, selected records -> conversations
-            ConversationSignatureStage(ratios, config.seed),  # validity, exact hash, question hash, split
+            # chatterbot, JSONL pools, selected records -> conversations (records with tool calls are skipped;
+            # what a reader cannot make a conversation of is counted per source and reason)
+            ReadStage(mode="conversation"),
+            # per conversation: its validation verdict (known roles, non-blank turns, user first, assistant
+            # last), exact-dedup hash, question hash, and split by a seeded hash of its id
+            ConversationSignatureStage(ratios, config.seed),
         ], out / "curation")
         run_here(signatures, config)
+    # The driver, from signatures alone (`stages.conversations.resolve_conversations`): scale cap (the first
+    # 10,000 read at tiny, all of chatterbot) -> validation (rejects counted by reason) -> exact dedup
+    # (chatterbot repeats many Q/A pairs verbatim: more than half of it goes) -> the grouped split: every
+    # question (normalized first user message) that landed in several splits moves wholly into one, so no
+    # valid or test question is ever trained on (`splits.repair_groups`; moves counted).
     with timed("resolve", seconds):
         resolution = resolve_conversations(signatures, out / "curation" / "decisions", limit=limit)
         check_splits_filled(resolution, config.split_ratios)
@@ -170,11 +168,15 @@ def main(config: Config) -> SFTDataset:
             ReadStage(mode="conversation"),
             DecisionStage(resolution),  # drops by the decisions (counted per reason), gives each its split
             TokenizeWriteStage("jsonl", None, record="chat", pass_on=True, name="conversations"),
+            # train and valid in the nano2 chat format (loss on assistant tokens and their <|im_end|> only), packed
+            # first-fit-decreasing (Krell et al., 2021) per work item (a source file, or 64 MB of one): at tiny
+            # chatterbot is one item, so the bytes are those of packing the split whole
             TokenizeWriteStage("packed_parquet", out / "tokenizer", packing, record="chat", splits=("train", "valid")),
         ], out / "splits")
         run_here(splits, config)
 
-    # --- finalize: one file per split, counts from the receipts, the artifact ---
+    # --- finalize: each split's per-item files joined in plan order into the one file per split that the SFT
+    # trainer and the Megatron-Bridge hand-off read; counts from the receipts; the artifact ---
     with timed("finalize", seconds):
         for split in SPLITS:
             join_split_files(splits, split, ".jsonl", out / f"{split}_conversations.jsonl")

@@ -9,32 +9,16 @@ Both models are scored in the same run on the same held-out TEST conversations o
   answers to other questions, scored by log-likelihood as lm-evaluation-harness scores MMLU (`acc`,
   and `acc_norm` divided by answer length in characters), and `acc_mutual_info` (Holtzman et al., 2021):
   log p(answer | question) minus log p(answer | "Answer:"). Chance is 25%. The mutual-info accuracy is the
-  headline (`*_answer_accuracy_mutual_info`); see "Why mutual information" below;
+  headline (`*_answer_accuracy_mutual_info`; why, measured: at the items in `main`);
+- the skill (stage-1 curation's skill chats): per held-out problem, the greedy answer checked and the
+  exact chance that a sampled answer is right (`nemotron.evaluation.chat.skill_scores`);
 - a few greedy chat answers of both models to the same held-out questions (samples.json: prompt,
   completion of the SFT model, base_completion), so a reader sees what SFT changed.
-With `--harness lm_eval`, lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local
-task (`nano2_answers`: acc, acc_norm, acc_mutual_info) for both models, plus any standard `--benchmarks`
-whose data is in the local Hugging Face cache (`nemotron.evaluation.harness`; a test checks lm-eval's
-numbers equal ours on the same requests). Its numbers go to `metrics["lm_eval"]`.
-The shared pieces live in `nemotron.evaluation.chat`; stage-2 evaluation reports the same answer
-accuracy for the DPO model.
-
-Why mutual information (measured on a tiny recipe run: 1.5M-parameter base, SFT at lr 3e-3 for 60 steps
-on 725 chats; 5 seeded distractor sets per item; +- is the paired standard error of SFT minus base):
-
-    distractors from         items  base acc/norm/MI     SFT acc/norm/MI      SFT-base MI
-    any category, test        90    .264/.258/.118       .256/.258/.384       +.267 +- .047
-    any category, test+valid 173    .265/.239/.120       .260/.237/.397       +.276 +- .033
-    same category, test       75    .259/.264/.208       .264/.251/.243       +.035 +- .058
-
-Plain `acc` and `acc_norm` stay at chance for both models whatever the distractors: a model this small
-learns which answers are typical (the answer prior), and that prior, not the question, decides the raw
-log-likelihood. Subtracting it shows SFT did learn to tie questions to on-topic answers (from below chance
-to ~0.39), but not the fine-grained answer within a topic (same-category distractors: no significant gain).
-So the default keeps distractors from ANY category (a test a model of this size can pass or fail), and
-TEST conversations only: valid was used to choose the SFT learning rate, and extra distractor draws shrink
-the distractor noise but not the noise of sampling ~80 distinct questions. Why the base model scores below
-chance on mutual information is not understood.
+The lesson is each held-out conversation's answer NLL, base -> SFT (paired); the changed answers, the
+skill problems whose greedy answer SFT made right (or wrong). With `--harness lm_eval`,
+lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local task (`nano2_answers`) for
+both models, plus any standard `--benchmarks` whose data is in the local Hugging Face cache
+(`nemotron.evaluation.harness`; a test checks lm-eval's numbers equal ours on the same requests).
 
 Inputs: an `SFTCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`), the `SFTDataset` it
 was trained on and the stage-0 `PretrainCheckpoint` it started from (each: its `--...-path` flag, else
@@ -49,21 +33,17 @@ stdin in a pipe, else the lineage the checkpoint recorded). Output: an `SFTResul
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream_input
+from nemotron.artifact import apply_scale
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.verifiable import read_problems
+from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, SFTCheckpoint, SFTDataset, SFTResults
 from nemotron.recipes.nano2.stage1_sft.data_curation import SKILL_CATEGORY
-from nemotron.trackers import get_lineage_tracker
 
 # Held-out conversations scored at full scale; apply_scale gives tiny 1,000 (all of chatterbot's test split).
 FULL_EVAL_CONVERSATIONS = 100_000
@@ -87,8 +67,6 @@ class Config(ChatEvaluationSettings):
 
 
 def main(config: Config) -> SFTResults:
-    # --- setup: the SFT checkpoint, its dataset and its base model ---
-    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.chat import (
         answer_accuracy,
         answer_items,
@@ -98,16 +76,15 @@ def main(config: Config) -> SFTResults:
         skill_metrics,
         skill_scores,
     )
-    from nemotron.evaluation.harness import chat_choice_task, check_harness_flags, evaluate_with_lm_eval
+    from nemotron.evaluation.harness import chat_choice_task
     from nemotron.evaluation.language_modeling import mean_nll, perplexity
     from nemotron.evaluation.lessons import changed_answers, lesson
-    from nemotron.models.loading import load_model
 
-    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
-    checkpoint = SFTCheckpoint.load_input(config, "checkpoint")
-    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    dataset = load_upstream_input(SFTDataset, config, "dataset", made_from=[checkpoint])
-    base = load_upstream_input(PretrainCheckpoint, config, "base_checkpoint", made_from=[checkpoint, dataset])
+    # --- inputs: the SFT checkpoint, its dataset and its base model ---
+    evaluation = EvaluationRun(config, SFTCheckpoint)  # refuses bad --harness/--benchmarks first
+    checkpoint = evaluation.checkpoint
+    dataset = evaluation.upstream(SFTDataset, "dataset", made_from=[checkpoint])
+    base = evaluation.upstream(PretrainCheckpoint, "base_checkpoint", made_from=[checkpoint, dataset])
 
     # --- data: held-out conversations and the multiple-choice items built from them ---
     limit = config.max_conversations or apply_scale(FULL_EVAL_CONVERSATIONS, config.scale)
@@ -115,65 +92,71 @@ def main(config: Config) -> SFTResults:
     conversations = everything[:limit]
     # The answer test and the chat samples are about the chat (chatterbot); the skill has its own measures.
     chats = [c for c in everything if c.get("category") != SKILL_CATEGORY][:limit]
+    # Why the headline is the mutual-information accuracy (measured on a tiny recipe run: 1.5M-parameter base,
+    # SFT at lr 3e-3 for 60 steps on 725 chats; 5 seeded distractor sets per item; +- is the paired standard
+    # error of SFT minus base):
+    #
+    #     distractors from         items  base acc/norm/MI     SFT acc/norm/MI      SFT-base MI
+    #     any category, test        90    .264/.258/.118       .256/.258/.384       +.267 +- .047
+    #     any category, test+valid 173    .265/.239/.120       .260/.237/.397       +.276 +- .033
+    #     same category, test       75    .259/.264/.208       .264/.251/.243       +.035 +- .058
+    #
+    # Plain `acc` and `acc_norm` stay at chance for both models whatever the distractors: a model this small
+    # learns which answers are typical (the answer prior), and that prior, not the question, decides the raw
+    # log-likelihood. Subtracting it shows SFT did learn to tie questions to on-topic answers (from below chance
+    # to ~0.39), but not the fine-grained answer within a topic (same-category distractors: no significant gain).
+    # So the distractors come from ANY category (a test a model of this size can pass or fail), and from TEST
+    # conversations only: valid was used to choose the SFT learning rate, and extra distractor draws shrink the
+    # distractor noise but not the noise of sampling ~80 distinct questions. Why the base model scores below
+    # chance on mutual information is not understood.
     items = answer_items(chats, config.num_distractors, config.seed)
     questions = sample_questions(chats, config.num_samples)
     problems = read_problems(dataset.test_problems, limit)  # the skill's held-out problems
 
-    # --- evaluate: the same numbers for both models, one model in memory at a time ---
+    # --- evaluate: the same numbers for both models, one model after the other ---
     # Per model: (completion NLL, completion tokens), the answer test's MCResult, the greedy samples, the tokenizer.
     metrics: dict = {}
     nll_by_model, answers_by_model, samples_by_model, tokenizers, per_conversation, skill = {}, {}, {}, {}, {}, {}
-    with evaluation_threads(config.num_threads):
-        for name, source in (("base", base), ("sft", checkpoint)):
-            model, tokenizers[name] = load_model(source.model_dir)
-            sums, counts = conversation_nll(model, tokenizers[name], conversations, batch_size=config.batch_size)
-            nll_by_model[name], per_conversation[name] = mean_nll(sums, counts), sums / counts
-            answers_by_model[name] = answer_accuracy(model, tokenizers[name], items, batch_size=config.batch_size)
-            metrics |= {
-                f"{name}_completion_nll": nll_by_model[name][0],
-                f"{name}_completion_perplexity": perplexity(nll_by_model[name][0]),
-                **answers_by_model[name].metrics(f"{name}_answer"),
-            }
-            samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
-                                                  config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
-            # the skill: the greedy answer checked, and the exact chance that a sampled answer is right
-            skill[name] = skill_scores(model, tokenizers[name], problems)
-            metrics |= skill_metrics(name, skill[name])
+    for name, model, tokenizer in evaluation.models(base=base, sft=checkpoint):
+        tokenizers[name] = tokenizer  # for the lm-eval task below
+        sums, counts = conversation_nll(model, tokenizer, conversations, batch_size=config.batch_size)
+        nll_by_model[name], per_conversation[name] = mean_nll(sums, counts), sums / counts
+        answers_by_model[name] = answer_accuracy(model, tokenizer, items, batch_size=config.batch_size)
+        metrics |= {
+            f"{name}_completion_nll": nll_by_model[name][0],
+            f"{name}_completion_perplexity": perplexity(nll_by_model[name][0]),
+            **answers_by_model[name].metrics(f"{name}_answer"),
+        }
+        samples_by_model[name] = chat_samples(model, tokenizer, questions,
+                                              config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
+        # the skill: the greedy answer checked, and the exact chance that a sampled answer is right
+        skill[name] = skill_scores(model, tokenizer, problems)
+        metrics |= skill_metrics(name, skill[name])
 
-        # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
-        out = mark_unfinished(config.output_dir)
-        lm_eval = {"benchmarks": []}
-        if lm_eval_tasks is not None:
-            metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
-                out, lm_eval_tasks, [chat_choice_task("nano2_answers", tokenizers["sft"], items)],
-                {"base": base.model_dir, "sft": checkpoint.model_dir}, config.benchmarks,
-                batch_size=config.batch_size, limit=config.benchmark_limit,
-            )
-            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
+    # --- lm-eval (--harness lm_eval): the same items as an lm-eval task, and any --benchmarks ---
+    if evaluation.with_lm_eval:
+        metrics["lm_eval"] = evaluation.lm_eval([chat_choice_task("nano2_answers", tokenizers["sft"], items)],
+                                                {"base": base.model_dir, "sft": checkpoint.model_dir})
 
-    # --- save ---
-    samples = [sft | {"base_completion": base["completion"]}
-               for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
-    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    # --- the lesson and the answers it changed ---
     num_tokens = nll_by_model["sft"][1]  # the SFT model's tokenizer (stage-0's, unchanged by SFT)
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
-    # The lesson: each held-out conversation's answer NLL, base -> SFT (paired); the answers it changed:
-    # the multiple-choice questions whose pick (by mutual information) SFT made right, or wrong.
+    # The lesson: each held-out conversation's answer NLL, base -> SFT (paired).
     metrics["lesson"] = lesson("held-out answer NLL per conversation (nats/token), base -> SFT",
                                per_conversation["base"], per_conversation["sft"], higher_is_better=False)
     # The answers it changed: held-out skill problems whose greedy answer SFT made right (or wrong).
     metrics["changed_answers"] = changed_answers(skill["base"]["right"], skill["sft"]["right"], [
         {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
         for p, before, after in zip(problems, skill["base"]["greedy"], skill["sft"]["greedy"])])
-    metrics["wall_seconds"] = time.perf_counter() - started
-    get_lineage_tracker().log_metrics({f"eval/{k}": v for k, v in metrics.items()}, step=checkpoint.steps)
-    return SFTResults(
-        path=out,
-        config=asdict(config),
-        scale=config.scale,
-        seed=config.seed,
+
+    # --- save ---
+    samples = [sft | {"base_completion": base["completion"]}
+               for base, sft in zip(samples_by_model["base"], samples_by_model["sft"])]
+    return evaluation.save(
+        SFTResults,
         inputs=[checkpoint, dataset, base],
-        samples_path=out / "samples.json",
+        samples=samples,
+        metrics=metrics,
         base_completion_nll=nll_by_model["base"][0],
         sft_completion_nll=nll_by_model["sft"][0],
         base_answer_accuracy=answers_by_model["base"].accuracy,
@@ -182,10 +165,7 @@ def main(config: Config) -> SFTResults:
         sft_answer_accuracy_mutual_info=answers_by_model["sft"].accuracy_mutual_info,
         num_conversations=len(conversations),
         num_completion_tokens=num_tokens,
-        harness=config.harness,
-        **lm_eval,
-        metrics=metrics,
-    ).save()
+    )
 
 
 if __name__ == "__main__":

@@ -12,42 +12,23 @@ AutoTokenizer alone, `metrics.jsonl`, `checkpoints/step_*` for resume).
     python -m nemotron.recipes.nano2.stage1_sft.data_curation | python -m nemotron.recipes.nano2.stage1_sft.training
     torchrun --nproc_per_node 2 -m nemotron.recipes.nano2.stage1_sft.training --dataset-path ...
 
-Supports:
-- a per-token loss, as Megatron-Core's `calculate_per_token_loss`: cross-entropy SUMMED over trained
-  positions, divided by the trained tokens of the whole optimizer step (all micro-batches, all ranks),
-  not averaged per micro-batch. Every assistant token weighs the same, so accumulation and DDP give
-  the one-big-batch gradient (tested); a per-micro-batch mean over-weights the tokens of micro-batches
-  with few targets (the gradient-accumulation loss bug the HF Trainer fixed in v4.46, Oct 2024);
-- AdamW, warmup + cosine decay, gradient clipping and accumulation (nemotron.training);
-- validation loss on the valid rows every `--eval-every` steps and at the end;
-- resume after a kill: re-run the same command; it continues from the last checkpoint and ends with
-  the same weights and loss as an uninterrupted run (bitwise on CPU);
-- DDP under torchrun (Gloo on CPU, NCCL on GPU); `--precision bf16` autocast.
-
-Packing, what is kept apart and what is not (nemotron.training.packed_batches has the mechanics):
-the loss never crosses a conversation boundary (mask 0 at each conversation's last position), and
-attention is block-diagonal (position_ids restart per conversation; transformers builds the packed
-causal mask from them). The Mamba-2 state is NOT reset between conversations: the CPU scans
-(transformers' and nemotron.models.mamba2) have no sub-sequence reset (only the CUDA kernels take
-`seq_idx`), so the state and the 4-tap convolution carry over. We accept it, measured
-(benchmarks/bench_sft_packing.py, tiny, SFT from a pretrained tiny base): the trained model scores its
-validation chats packed vs alone within 4e-5 (relative); training packed instead of one chat per row
-changes the validation loss by 0.002, ten times less than changing the seed of the row order (0.02);
-the exact layout (`--layout per_conversation`, each chat alone in a padded batch row) makes a step 3x
-slower. The carried state
-decays geometrically, and every chat opens with template and user tokens before its first target.
+Supports: a per-token loss (every assistant token of an optimizer step weighs the same, whichever
+micro-batch or rank holds it: the loop says why); packed rows (`--layout packed`, the default: the loss
+never crosses a conversation and attention stays inside it; the Mamba-2 state carries over, measured
+harmless at the `layout` field) or one chat per row (`--layout per_conversation`: exact, 3x slower);
+AdamW, warmup then cosine decay, clipping, gradient accumulation; the validation loss every
+`--eval-every` steps and at the end, stopping after `--patience` evaluations without gain; resume after
+a kill (re-run the same command: it continues from the last checkpoint and ends with the weights and
+loss of an uninterrupted run, bitwise on CPU); DDP under torchrun (Gloo on CPU, NCCL on GPU);
+`--precision bf16` autocast. At `--scale full` (or `--engine megatron-bridge`) it writes and launches
+a Megatron-Bridge run folder for the SFT recipe instead, starting from the stage-0 `MegatronBridgeRun`'s
+checkpoint (`--checkpoint-path` then names that run).
 
 Refuses, before training: a tokenizer (checkpoint's or dataset's) without `<|im_start|>`/`<|im_end|>`
 as special tokens or without the nano2 chat template; a checkpoint whose tokenizer differs from the
 dataset's (ids would mean other tokens); token ids beyond the model's embedding or rows beyond its
 context; inputs of another scale; resuming a folder that holds a run with other settings or inputs;
-any model too large for this machine's memory. At `--scale full` (or `--engine megatron-bridge`) it
-writes and launches a Megatron-Bridge run folder for the SFT recipe instead, starting from the stage-0
-`MegatronBridgeRun`'s checkpoint (`--checkpoint-path` then names that run).
-
-The bookkeeping (processes, seeds, resume, logging, checkpoints, the final artifact) is
-`nemotron.training.run.TrainingRun`; torch and transformers are imported inside `main`, so `--help`
-answers without loading them.
+any model too large for this machine's memory.
 """
 
 from __future__ import annotations
@@ -83,6 +64,16 @@ class Config(FineTuningSettings):
     # base) valid loss 4.38 at lr 1e-3, 4.11 at 2e-3, 4.03 at 3e-3; with the skill, 5e-3 learnt it no sooner
     # (greedy right 0.65 vs 0.59 after 2.4 passes, 0.86 vs 0.82 after 3). The shared default, on purpose.
     lr: float = 3e-3
+    # Packing (nemotron.training.packed_batches has the mechanics): the loss never crosses a conversation boundary
+    # (mask 0 at each conversation's last position), and attention is block-diagonal (position_ids restart per
+    # conversation; transformers builds the packed causal mask from them). The Mamba-2 state is NOT reset between
+    # conversations: the CPU scans (transformers' and nemotron.models.mamba2) have no sub-sequence reset (only the
+    # CUDA kernels take `seq_idx`), so the state and the 4-tap convolution carry over. We accept it, measured
+    # (benchmarks/bench_sft_packing.py, tiny, SFT from a pretrained tiny base): the trained model scores its
+    # validation chats packed vs alone within 4e-5 (relative); training packed instead of one chat per row changes
+    # the validation loss by 0.002, ten times less than changing the seed of the row order (0.02); the exact
+    # layout (per_conversation, each chat alone in a padded batch row) makes a step 3x slower. The carried state
+    # decays geometrically, and every chat opens with template and user tokens before its first target.
     layout: Literal["packed", "per_conversation"] = "packed"
     """packed: rows as stored (Mamba state carries over); per_conversation: exact, one chat per batch row."""
     output_dir: Path = Path("runs/nano2/stage1_sft/training")
@@ -92,6 +83,7 @@ class Config(FineTuningSettings):
 
 
 def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
+    # torch and transformers are imported here, not with the module, so `--help` answers without them.
     import torch
 
     from nemotron.data_prep.conversations import check_chat_tokenizer
@@ -124,6 +116,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
         PretrainCheckpoint, path=config.checkpoint_path, tracked_artifact=config.checkpoint_artifact,
         scale=config.scale, made_from=[dataset], stdin=piped, flag="--checkpoint-path",
     )
+    # the bookkeeping (processes, seeds, resume, logging, checkpoints, the artifact); the algorithm stays here
     training = TrainingRun(config, inputs=[dataset, base], steps=steps, name="sft")
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     base_tokenizer = load_tokenizer(base.model_dir)
@@ -153,9 +146,12 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, steps + 1):
         micro_batches = [collate(rows, pad_id).to(training.device) for rows in batches.next_step()]
-        # A per-token loss: each micro-batch's loss SUM over its trained tokens, divided by the trained tokens of
-        # the whole step on all ranks over the world size (DDP AVERAGES the ranks' gradients; compute.sum_over_ranks
-        # writes the algebra out). Every assistant token weighs the same, whichever micro-batch or rank holds it.
+        # A per-token loss, as Megatron-Core's `calculate_per_token_loss`: each micro-batch's loss SUM over its
+        # trained tokens, divided by the trained tokens of the whole step on all ranks over the world size (DDP
+        # AVERAGES the ranks' gradients; distributed.sum_over_ranks writes the algebra out). Every assistant token
+        # weighs the same, whichever micro-batch or rank holds it, so accumulation and DDP give the one-big-batch
+        # gradient (tested); a per-micro-batch mean would over-weight the tokens of micro-batches with few targets
+        # (the gradient-accumulation loss bug the HF Trainer fixed in v4.46, Oct 2024).
         trained = sum_over_ranks(sum(batch.num_loss_tokens for batch in micro_batches))
         trained_per_rank = max(trained, 1.0) / world_size
         step_loss = torch.zeros(())  # this rank's share of the step's loss per trained token, for the log

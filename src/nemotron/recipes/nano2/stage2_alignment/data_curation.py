@@ -6,20 +6,14 @@ each prompt several times and a judge ranks the answers (Nemotron's alignment da
 pairs are about the mistakes THIS model makes). Here the judge is a program, the skill's checker:
 
 1. setup: the `SFTCheckpoint` to align, and through its lineage the `SFTDataset` with the skill's training
-   problems ("Which is the largest: 3, 8, 5?", `nemotron.data_prep.verifiable`) and held-out problems;
+   and held-out problems ("Which is the largest: 3, 8, 5?", `nemotron.data_prep.verifiable`);
 2. sample: `--samples-per-prompt` answers to each of the first `--num-prompts` training problems from the
-   SFT model, at temperature 1 (seeded): SFT imitated a teacher that answers the second-largest number in
-   a share of its demonstrations (stage-1 curation's `--teacher-error-rate`), and its samples show it;
-3. judge: `verifiable.is_right` checks each answer; a problem with a right AND a wrong answer gives one
-   pair (`preference.judged_pairs`: chosen the first right one, rejected a wrong one, its kind recorded:
-   the teacher's near miss, another number, or no single number); problems answered all right or all
-   wrong teach DPO nothing and are counted;
-4. held-out pairs: each held-out problem's true answer against the teacher's mistake
-   (`preference.reference_pairs`), for stage-2 evaluation's preference accuracy;
-5. like every curation step, what training consumes: the pairs tokenized in the nano2 chat format with the
-   SFT tokenizer (prompt ending in the generation prompt, each answer ending in `<|im_end|>`), pairs longer
-   than `--max-length` tokens dropped and counted, and a seeded `--validation-share` held out for DPO's
-   validation loss (`nemotron.data_prep.preference`).
+   SFT model, at temperature 1 (seeded): SFT imitated a teacher that is sometimes wrong, and it shows;
+3. judge: the checker checks each answer; a problem with a right AND a wrong answer gives one pair, the
+   others (all right or all wrong: nothing for DPO to learn) are counted;
+4. held-out pairs: each held-out problem's true answer against the teacher's mistake, for evaluation;
+5. like every curation step, what training consumes: the pairs tokenized in the nano2 chat format, those
+   longer than `--max-length` dropped and counted, a seeded `--validation-share` held out for validation.
 
 Instead of sampling you can give your own preference JSONL with `--pairs-path` (same shape; TRL's
 conversational shape is accepted); a record with an empty chosen or rejected answer is refused with one
@@ -117,6 +111,12 @@ def main(config: Config) -> PreferenceDataset:
     inputs, counts = [checkpoint, sft], {}
 
     # --- training pairs: the SFT model's answers judged by the checker, or the user's own pairs ---
+    # 2. sample: SFT imitated a teacher that answers the second-largest number in a share of its
+    # demonstrations (stage-1 curation's --teacher-error-rate), so some of its samples are that near miss.
+    # 3. judge: `verifiable.is_right` checks each answer; `preference.judged_pairs` makes a problem with a right
+    # and a wrong answer one pair (chosen the first right one, rejected a wrong one, its kind recorded: the
+    # teacher's near miss, another number, or no single number) and counts the problems answered all right or
+    # all wrong.
     if config.pairs_path is not None:
         train_pairs = read_pairs(config.pairs_path)
         inputs.append(source_ref(config.pairs_path))
@@ -137,7 +137,9 @@ def main(config: Config) -> PreferenceDataset:
     leaking = sum(pair["prompt"][-1]["content"] in held_out_questions for pair in train_pairs)
     train_pairs = [pair for pair in train_pairs if pair["prompt"][-1]["content"] not in held_out_questions]
 
-    # --- tokenize the training pairs; drop the too long ones; hold out a validation slice ---
+    # --- 5. tokenize the training pairs; drop the too long ones; hold out a validation slice ---
+    # In the nano2 chat format with the SFT tokenizer: the prompt ends in the generation prompt, each answer in
+    # `<|im_end|>` (`nemotron.data_prep.preference`); the validation slice is for DPO's validation loss.
     tokens = tokenize_pairs(tokenizer, train_pairs)
     max_length = config.max_length or MAX_LENGTH[config.scale]
     train_ids, valid_ids = split_pairs(tokens, max_length, config.validation_share, config.seed)
@@ -147,6 +149,7 @@ def main(config: Config) -> PreferenceDataset:
 
     # --- write: the pairs (text), the tokenized ones, the held-out pairs ---
     out = mark_unfinished(config.output_dir)  # a failed re-run must not leave an artifact over mixed files
+    # 4. held-out pairs (`preference.reference_pairs`): for stage-2 evaluation's preference accuracy
     test_pairs = reference_pairs(held_out)
     write_pairs([train_pairs[i] for i in train_ids], out / "train_pairs.jsonl")
     write_jsonl([train_pairs[i] for i in valid_ids], out / "valid_pairs.jsonl")

@@ -31,23 +31,19 @@ Inputs: a `DPOCheckpoint` (stdin, `--checkpoint-path` or `--checkpoint-artifact`
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished
-from nemotron.artifact.upstream import load_upstream_input
+from nemotron.artifact import apply_scale
 from nemotron.cli import run
 from nemotron.data_prep.conversations import read_conversations
 from nemotron.data_prep.preference import read_pairs
 from nemotron.data_prep.verifiable import read_problems
 from nemotron.errors import NemotronError
+from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import CHAT_SAMPLE_TOKENS, ChatEvaluationSettings
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, DPOResults, PreferenceDataset, SFTCheckpoint, SFTDataset
 from nemotron.recipes.nano2.stage1_sft.data_curation import SKILL_CATEGORY
-from nemotron.trackers import get_lineage_tracker
 
 # Held-out pairs / questions scored at full scale; apply_scale gives tiny 1,000 (all of ours).
 FULL_EVAL_ITEMS = 100_000
@@ -78,21 +74,18 @@ class Config(ChatEvaluationSettings):
 
 
 def main(config: Config) -> DPOResults:
-    # --- setup: the DPO checkpoint and everything it was made from ---
-    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.chat import chat_samples, conversation_nll, sample_questions, skill_metrics, skill_scores
-    from nemotron.evaluation.harness import check_harness_flags, evaluate_with_lm_eval, preference_task
+    from nemotron.evaluation.harness import preference_task
     from nemotron.evaluation.language_modeling import mean_nll
     from nemotron.evaluation.lessons import changed_chances, lesson
-    from nemotron.models.loading import load_model
     from nemotron.training.dpo import reward_metrics
 
-    lm_eval_tasks = check_harness_flags(config.harness, config.benchmarks)  # before any work: fail fast
-    checkpoint = DPOCheckpoint.load_input(config, "checkpoint")
-    started = time.perf_counter()  # after the input: in a pipe, loading waits for the previous step
-    pairs_dataset = load_upstream_input(PreferenceDataset, config, "dataset", made_from=[checkpoint])
-    sft = load_upstream_input(SFTCheckpoint, config, "sft_checkpoint", made_from=[checkpoint])
-    sft_dataset = load_upstream_input(SFTDataset, config, "sft_dataset", made_from=[sft, pairs_dataset])
+    # --- inputs: the DPO checkpoint and everything it was made from ---
+    evaluation = EvaluationRun(config, DPOCheckpoint)  # refuses bad --harness/--benchmarks first
+    checkpoint = evaluation.checkpoint
+    pairs_dataset = evaluation.upstream(PreferenceDataset, "dataset", made_from=[checkpoint])
+    sft = evaluation.upstream(SFTCheckpoint, "sft_checkpoint", made_from=[checkpoint])
+    sft_dataset = evaluation.upstream(SFTDataset, "sft_dataset", made_from=[sft, pairs_dataset])
     beta = config.beta if config.beta is not None else trained_beta(checkpoint)
 
     # --- data: the held-out skill problems and pairs, the stage-1 test chats ---
@@ -106,33 +99,28 @@ def main(config: Config) -> DPOResults:
     questions = sample_questions(conversations, config.num_samples)
 
     # --- evaluate: the skill, the pairs' log-probs and the chats, per model ---
-    out = mark_unfinished(config.output_dir)
     logps, metrics, skill, samples_by_model, tokenizers, prefers, chat_nll = {}, {}, {}, {}, {}, {}, {}
-    with evaluation_threads(config.num_threads):
-        for name, source in (("sft", sft), ("dpo", checkpoint)):
-            model, tokenizers[name] = load_model(source.model_dir)
-            skill[name] = skill_scores(model, tokenizers[name], problems)
-            metrics |= skill_metrics(name, skill[name])
-            # The held-out pairs are these problems' right answer against the teacher's near miss
-            # (preference.reference_pairs): their log-probs are the ones just computed.
-            logps[name] = (skill[name]["logp_right"], skill[name]["logp_near_miss"])
-            prefers[name] = pair_preferences(*logps[name], *pair_lengths(tokenizers[name], problems))
-            metrics[f"{name}_preference_accuracy"] = sum(prefers[name]) / len(prefers[name])
-            chat_nll[name] = mean_nll(*conversation_nll(model, tokenizers[name], conversations,
-                                                        batch_size=config.batch_size))[0]
-            metrics[f"{name}_completion_nll"] = chat_nll[name]
-            samples_by_model[name] = chat_samples(model, tokenizers[name], questions,
-                                                  config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
+    for name, model, tokenizer in evaluation.models(sft=sft, dpo=checkpoint):
+        tokenizers[name] = tokenizer  # for the lm-eval task below
+        skill[name] = skill_scores(model, tokenizer, problems)
+        metrics |= skill_metrics(name, skill[name])
+        # The held-out pairs are these problems' right answer against the teacher's near miss
+        # (preference.reference_pairs): their log-probs are the ones just computed.
+        logps[name] = (skill[name]["logp_right"], skill[name]["logp_near_miss"])
+        prefers[name] = pair_preferences(*logps[name], *pair_lengths(tokenizer, problems))
+        metrics[f"{name}_preference_accuracy"] = sum(prefers[name]) / len(prefers[name])
+        chat_nll[name] = mean_nll(*conversation_nll(model, tokenizer, conversations,
+                                                    batch_size=config.batch_size))[0]
+        metrics[f"{name}_completion_nll"] = chat_nll[name]
+        samples_by_model[name] = chat_samples(model, tokenizer, questions,
+                                              config.max_new_tokens or CHAT_SAMPLE_TOKENS[config.scale])
 
-        # --- lm-eval (--harness lm_eval): the same pairs as an lm-eval task, and any --benchmarks ---
-        lm_eval = {"benchmarks": []}
-        if lm_eval_tasks is not None:
-            tasks = [preference_task("nano2_preferences", tokenizers["dpo"], pairs)]  # SFT's tokenizer, unchanged
-            metrics["lm_eval"], benchmarks, results_path = evaluate_with_lm_eval(
-                out, lm_eval_tasks, tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir}, config.benchmarks,
-                batch_size=config.batch_size, limit=config.benchmark_limit,
-            )
-            lm_eval = {"benchmarks": benchmarks, "lm_eval_results": results_path}
+    # --- lm-eval (--harness lm_eval): the same pairs as an lm-eval task, and any --benchmarks ---
+    if evaluation.with_lm_eval:
+        tasks = [preference_task("nano2_preferences", tokenizers["dpo"], pairs)]  # SFT's tokenizer, unchanged
+        metrics["lm_eval"] = evaluation.lm_eval(tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir})
+
+    # --- the rewards, the lesson and the answers it changed ---
     # The SFT model is DPO's reference: its log-probs of the same answers turn into the implicit rewards.
     rewards = reward_metrics(*logps["dpo"], *logps["sft"], beta=beta)
     metrics |= rewards | {"beta": beta, "num_pairs": len(problems)}
@@ -144,21 +132,15 @@ def main(config: Config) -> DPOResults:
         {"question": p["question"], "expected": p["answer"],
          "before": chances(skill["sft"], i, p["near_miss"]), "after": chances(skill["dpo"], i, p["near_miss"])}
         for i, p in enumerate(problems)])
-    metrics["wall_seconds"] = time.perf_counter() - started
 
     # --- save ---
     samples = [dpo | {"sft_completion": sft["completion"]}
                for sft, dpo in zip(samples_by_model["sft"], samples_by_model["dpo"])]
-    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
-    get_lineage_tracker().log_metrics(
-        {f"eval/{k}": v for k, v in metrics.items() if isinstance(v, float)}, step=checkpoint.steps
-    )
-    return DPOResults(
-        path=out,
-        config=asdict(config),
-        scale=config.scale,
-        seed=config.seed,
+    return evaluation.save(
+        DPOResults,
         inputs=[checkpoint, pairs_dataset, sft, sft_dataset],
+        samples=samples,
+        metrics=metrics,
         sft_skill_p_right=metrics["sft_skill_p_right"],
         dpo_skill_p_right=metrics["dpo_skill_p_right"],
         sft_skill_accuracy=metrics["sft_skill_accuracy"],
@@ -170,11 +152,7 @@ def main(config: Config) -> DPOResults:
         sft_completion_nll=chat_nll["sft"],
         dpo_completion_nll=chat_nll["dpo"],
         num_pairs=len(problems),
-        samples_path=out / "samples.json",
-        harness=config.harness,
-        **lm_eval,
-        metrics=metrics,
-    ).save()
+    )
 
 
 def chances(scores: dict, i: int, near_miss: str) -> str:

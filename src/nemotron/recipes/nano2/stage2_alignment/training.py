@@ -7,17 +7,10 @@ rejected answer y_l of each pair, relative to a frozen reference pi_ref (the SFT
     loss = -log sigmoid(beta * [(log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x))])
 
 No reward model and no sampling: the loss needs only the summed log-probabilities of the two given
-answers (`nemotron.training.logprobs`, `nemotron.training.dpo`). `--loss-variant conservative --label-smoothing 0.1` is
-cDPO (Mitchell, 2023); `--loss-variant ipo` is IPO (Azar et al., 2023).
-
-The reference never changes, so its log-probabilities are computed ONCE, in one pass of the frozen
-SFT model before the first step, over the training pairs the run's steps will visit (480 of ~1,600 at
-tiny; all of them once the steps span an epoch) and the validation pairs, and stored in
-`output_dir/reference_logps.pt` with the run's checkpoints (a resumed run reads it back). A step is
-then one policy forward + backward over the chosen and rejected answers (one concatenated batch, as
-TRL's `concatenated_forward`), not that plus two reference forwards: ~1.9x the cost of an SFT step on
-the same batch instead of ~2.5x (benchmarks/bench_dpo_vs_sft.py).
-Measured at tiny (2 threads, idle): the whole step takes 19.2 s, 23.8 s when the pass scored every pair.
+answers (`nemotron.training.logprobs`, `nemotron.training.dpo`), and the reference's are computed once,
+before the first step (the reference pass in `main` says why and what it saves).
+`--loss-variant conservative --label-smoothing 0.1` is cDPO (Mitchell, 2023); `--loss-variant ipo` is IPO
+(Azar et al., 2023).
 
 Inputs: a `PreferenceDataset` (`--dataset-path`, `--dataset-artifact`, or stdin: pairs already
 tokenized, length-filtered and split into train and validation by stage-2 data curation) and the stage-1
@@ -31,26 +24,18 @@ tokenized, length-filtered and split into train and validation by stage-2 data c
         | python -m nemotron.recipes.nano2.stage2_alignment.training --scale tiny --checkpoint-path SFT_CKPT
     torchrun --nproc_per_node 2 -m nemotron.recipes.nano2.stage2_alignment.training --dataset-path ...
 
-Supports:
-- metrics per step in metrics.jsonl, as TRL's DPOTrainer logs them: loss, reward accuracy and margin
-  (implicit rewards beta * log(pi / pi_ref)), the policy's log-probs of chosen and rejected, lr,
-  grad_norm; and every `--eval-every` steps the same on the dataset's validation pairs;
-- AdamW, linear warmup + cosine decay, gradient clipping, gradient accumulation (nemotron.training);
-- resume after a kill: re-run the same command with the same output folder; it continues from the last
-  checkpoint and ends with the same weights and loss as an uninterrupted run (bitwise on CPU);
-- DDP under torchrun (Gloo on CPU, NCCL on GPU): each rank trains on its slice of every global batch;
-  rank 0 computes the reference log-probs and the others read them; `--precision bf16` autocast.
+Supports: metrics per step as TRL's DPOTrainer logs them (loss, reward accuracy and margin of the
+implicit rewards beta * log(pi / pi_ref), the policy's log-probs of chosen and rejected, lr, grad_norm),
+and the same on the validation pairs every `--eval-every` steps; AdamW, linear warmup then cosine decay,
+clipping, accumulation; resume after a kill (the same command: the weights and loss of an uninterrupted
+run, bitwise on CPU); DDP under torchrun (Gloo on CPU, NCCL on GPU: each rank its slice of every global
+batch; rank 0 computes the reference log-probs, the others read them); `--precision bf16` autocast.
 
-Refuses, before training starts: `--scale full` (at scale DPO runs on
-NeMo-RL, not Megatron-Bridge: the error says what it needs); an SFT checkpoint of another scale; models
-too large for this machine; a checkpoint whose tokenizer differs from the dataset's
-(ids would mean other tokens); loss settings DPO does not define (label smoothing without the
-conservative variant, beta <= 0); resuming an output folder that holds a run with other settings or
-inputs; fewer training pairs than one global batch.
-
-The bookkeeping (processes, seeds, resume, logging, checkpoints, the final artifact) is
-`nemotron.training.run.TrainingRun`; torch and transformers are imported inside `main`, so `--help`
-answers without loading them.
+Refuses, before training starts: `--scale full` (at scale DPO runs on NeMo-RL, not Megatron-Bridge: the
+error says what it needs); an SFT checkpoint of another scale; models too large for this machine; a
+checkpoint whose tokenizer differs from the dataset's (ids would mean other tokens); loss settings DPO
+does not define (label smoothing without the conservative variant, beta <= 0); resuming an output
+folder that holds a run with other settings or inputs; fewer training pairs than one global batch.
 """
 
 from __future__ import annotations
@@ -100,6 +85,7 @@ class Config(ContinuedTrainingSettings):
 
 
 def main(config: Config) -> DPOCheckpoint:
+    # torch and transformers are imported here, not with the module, so `--help` answers without them.
     from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.preference import read_tokenized_pairs
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
@@ -129,6 +115,7 @@ def main(config: Config) -> DPOCheckpoint:
     sft = SFTCheckpoint.load_input(config, "checkpoint")
     train, valid = read_tokenized_pairs(dataset.train_tokens), read_tokenized_pairs(dataset.valid_tokens)
     steps = planned_steps(config, len(train[0]), config.epochs or EPOCHS[config.scale])
+    # the bookkeeping (processes, seeds, resume, logging, checkpoints, the artifact); the algorithm stays here
     training = TrainingRun(config, inputs=[dataset, sft], steps=steps, name="dpo")
     tokenizer, sft_tokenizer = load_tokenizer(dataset.tokenizer_dir), load_tokenizer(sft.model_dir)
     check_chat_tokenizer(sft_tokenizer, sft.model_dir)
@@ -150,9 +137,14 @@ def main(config: Config) -> DPOCheckpoint:
                            training.info.rank, training.info.world_size)
 
     # --- reference log-probs: the frozen SFT model, one pass over the pairs, stored with the run ---
-    # The reference term of the DPO loss is a constant per pair (Rafailov et al., 2023, eq. 7), so
-    # every later step and every resume reads it instead of running a second model.
-    # Only the training pairs this run's steps visit are scored (all of them once the steps span an epoch).
+    # The reference term of the DPO loss is a constant per pair (Rafailov et al., 2023, eq. 7), so it is
+    # computed ONCE, in one pass of the frozen SFT model, and stored in output_dir/reference_logps.pt with the
+    # run's checkpoints: every later step and every resume reads it instead of running a second model. A step is
+    # then one policy forward + backward over the chosen and rejected answers (one concatenated batch, as TRL's
+    # `concatenated_forward`), not that plus two reference forwards: ~1.9x the cost of an SFT step on the same
+    # batch instead of ~2.5x (benchmarks/bench_dpo_vs_sft.py). Only the training pairs this run's steps visit
+    # are scored (480 of ~1,600 at tiny; all of them once the steps span an epoch), and the validation pairs:
+    # measured at tiny (2 threads, idle), the whole step takes 19.2 s, 23.8 s when the pass scored every pair.
     reference_file = training.out / REFERENCE_LOGPS
     if training.is_main and load_reference_logps(reference_file, training.identity) is None:
         reference_model, _ = load_model(sft.model_dir)

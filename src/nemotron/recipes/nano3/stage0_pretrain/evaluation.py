@@ -19,14 +19,14 @@ Refuses a pair that is not one MoE and one dense checkpoint, or that was trained
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact import apply_scale
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.errors import NemotronError
+from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3PretrainResults, PretrainDataset
 from nemotron.recipes.nano3.stage0_pretrain.training import SEQ_LEN
@@ -52,13 +52,12 @@ class Config(EvaluationSettings):
 
 
 def main(config: Config) -> Nano3PretrainResults:
-    from nemotron.cpu import evaluation_threads
     from nemotron.evaluation.language_modeling import score_against_unigram
-    from nemotron.models.loading import load_model
     from nemotron.training.windows import heldout_windows
 
     # --- inputs: one MoE and one dense checkpoint of the same dataset ---
-    moe = Nano3PretrainCheckpoint.load_input(config, "checkpoint")
+    evaluation = EvaluationRun(config, Nano3PretrainCheckpoint)
+    moe = evaluation.checkpoint
     if config.dense_checkpoint_path is None:
         raise NemotronError("--dense-checkpoint-path is required: the dense counterpart to compare with "
                             "(python -m nemotron.recipes.nano3.stage0_pretrain.training --dense)")
@@ -66,7 +65,6 @@ def main(config: Config) -> Nano3PretrainResults:
     if moe.dense or not dense.dense:
         raise NemotronError(f"{moe.path} and {dense.path}: pass the MoE checkpoint as --checkpoint-path and the "
                             "dense counterpart (trained with --dense) as --dense-checkpoint-path")
-    started = time.perf_counter()
     dataset = load_upstream(PretrainDataset, path=config.dataset_path, tracked_artifact=None, scale=config.scale,
                             made_from=[moe], stdin=False, flag="--dataset-path")
     if [ref.digest for ref in dense.inputs] != [ref.digest for ref in moe.inputs]:
@@ -74,17 +72,14 @@ def main(config: Config) -> Nano3PretrainResults:
                             "PretrainDataset so the comparison means something")
     seq_len = moe.config.get("seq_len") or SEQ_LEN[config.scale]
     max_tokens = config.max_tokens or apply_scale(FULL_EVAL_TOKENS, config.scale)
+    windows = heldout_windows(dataset.valid_prefixes, seq_len, max_tokens)
 
     # --- both models, and the unigram baseline, on the same held-out targets ---
-    with evaluation_threads(config.num_threads):
-        windows = heldout_windows(dataset.valid_prefixes, seq_len, max_tokens)
-        scores = {}
-        for name, checkpoint in (("moe", moe), ("dense", dense)):
-            model, tokenizer = load_model(checkpoint.model_dir)
-            scores[name] = score_against_unigram(model, tokenizer, windows, dataset.train_prefixes, config.batch_size)
+    scores = {}
+    for name, model, tokenizer in evaluation.models(moe=moe, dense=dense):
+        scores[name] = score_against_unigram(model, tokenizer, windows, dataset.train_prefixes, config.batch_size)
 
     # --- save ---
-    out = mark_unfinished(config.output_dir)
     train_seconds = {name: c.metrics["seconds_per_step"] * (c.steps - c.metrics["resumed_from_step"])
                      for name, c in (("moe", moe), ("dense", dense))}
     metrics = {
@@ -97,17 +92,16 @@ def main(config: Config) -> Nano3PretrainResults:
         "moe_steps": moe.steps, "dense_steps": dense.steps,
         **{f"{name}_train_seconds": seconds for name, seconds in train_seconds.items()},
         "num_tokens": scores["moe"]["num_tokens"], "num_bytes": scores["moe"]["num_bytes"],
-        "wall_seconds": time.perf_counter() - started,
         # What pretraining taught the MoE model: its held-out loss per window against the unigram's.
         "lesson": scores["moe"]["lesson"],
     }
-    return Nano3PretrainResults(
-        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[moe, dense, dataset],
+    return evaluation.save(
+        Nano3PretrainResults, inputs=[moe, dense, dataset], metrics=metrics,
         moe_bits_per_byte=scores["moe"]["bits_per_byte"], dense_bits_per_byte=scores["dense"]["bits_per_byte"],
         unigram_bits_per_byte=scores["moe"]["unigram_bits_per_byte"],
         moe_validation_loss=scores["moe"]["validation_loss"], dense_validation_loss=scores["dense"]["validation_loss"],
-        num_tokens=scores["moe"]["num_tokens"], metrics=metrics,
-    ).save()
+        num_tokens=scores["moe"]["num_tokens"],
+    )
 
 
 if __name__ == "__main__":

@@ -7,17 +7,13 @@ two mechanisms keep the experts evenly used, both as in Nemotron 3 Nano's Megatr
     loss = cross-entropy + aux_loss_coeff x load-balancing loss     (seq_aux_loss, 1.0 per layer when even)
     after optimizer.step(): expert bias += bias_update_rate x sign(mean load - load)
 
-The log (`metrics.jsonl`) carries, per step, `aux_loss` (per MoE layer, before the coefficient: 1.0 is
-perfect balance), `expert_load` (per layer, each expert's share of routed slots) and `max_load` (the
-busiest expert's share over the even share, 1.0 = even), so the reader can watch routing settle.
-
 `--dense` trains `nano3.dense_counterpart` instead: every MoE layer becomes one MLP as wide as the experts
-a token visits plus the shared expert, so both models spend about the same parameters per token; the
-recipe gives it the steps that take about as long as the MoE run (`DENSE_STEPS_PER_MOE_STEP`), and the evaluation
-step reports both models' held-out bits per byte and their measured training time side by side.
+a token visits plus the shared expert, so both models spend about the same parameters per token; it gets
+the steps that take about as long as the MoE run (`DENSE_STEPS_PER_MOE_STEP`), and the evaluation step
+reports both models' held-out bits per byte and measured training time side by side.
 
 Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-path`, or stdin). Output: a
-`Nano3PretrainCheckpoint`.
+`Nano3PretrainCheckpoint` (its metrics.jsonl also logs the routing, per step: see `training.record`).
 
     python -m nemotron.recipes.nano3.stage0_pretrain.training --dataset-path runs/nano3/stage0_pretrain/data_curation
     python -m nemotron.recipes.nano3.stage0_pretrain.training --dense --dataset-path ...
@@ -26,19 +22,12 @@ Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-pat
 Supports: resume after a kill (same command, same output folder; bitwise on CPU: the expert bias is a
 model buffer, saved with the weights), DDP under torchrun (the expert loads are averaged over ranks
 before the bias update, so every rank routes alike), `--model-overrides`, `--precision bf16`, WSD or
-cosine schedules.
+cosine schedules. At `--scale full` (31.6B parameters: no CPU trains it) or with `--engine megatron-bridge`
+it does not train: like nano2's, it writes a Megatron-Bridge run folder for the recipe
+`nemotron_3_nano_pretrain_8gpu_h100_bf16_config` and launches it (`--dry-run`: prints it); its artifact,
+a `MegatronBridgeRun`, is the input of stage-1 SFT at scale (what the run folder sets: at `hand_off`).
 
-At `--scale full` (31.6B parameters: no CPU trains it) or with `--engine megatron-bridge`, the step does
-not train: like nano2's, it writes a Megatron-Bridge run folder for the recipe
-`nemotron_3_nano_pretrain_8gpu_h100_bf16_config` (`nemotron.training.megatron_bridge`, family nano3),
-filled from the dataset and these settings, and launches it (`--dry-run`: prints it) with `--data-root`,
-`--nodes`, `--gpus-per-node`; its artifact is a `MegatronBridgeRun`, the input of stage-1 SFT at scale.
-The run folder sets our model shape (at full: the recipe's own, 128 experts, top-6), the load balancing
-of `--aux-loss-coeff` and `--bias-update-rate` (Megatron's moe_aux_loss_coeff, moe_router_bias_update_rate),
-and the recipe's parallelism at full: expert parallel 8 (16 experts per GPU), tensor parallel 1, so the GPU
-count must be a multiple of 8. The schedule is carried over (`--schedule wsd` becomes Megatron's WSD, linear anneal).
-
-    python -m nemotron.recipes.nano3.stage0_pretrain.training --scale full --dataset-path ... \
+    python -m nemotron.recipes.nano3.stage0_pretrain.training --scale full --dataset-path ... \\
         --data-root /lustre/team/nemotron --nodes 2 --gpus-per-node 8 --dry-run
 
 Refuses: `--dense` with the hand-off (the dense counterpart is the CPU comparison; Megatron-Bridge has no
@@ -86,6 +75,7 @@ class Config(PretrainingSettings):
 
 
 def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
+    # torch and transformers are imported here, not with the module, so `--help` answers without them.
     from nemotron.data_prep.indexed import IndexedReader
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models import nano3
@@ -109,6 +99,12 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     steps = config.steps or round(STEPS[config.scale] * (DENSE_STEPS_PER_MOE_STEP if config.dense else 1))
     aux_coeff = nano3.AUX_LOSS_COEFF if config.aux_loss_coeff is None else config.aux_loss_coeff
     bias_rate = nano3.BIAS_UPDATE_RATE if config.bias_update_rate is None else config.bias_update_rate
+    # The run folder (nemotron.training.megatron_bridge, family nano3) is filled from the dataset and these
+    # settings, with --data-root, --nodes, --gpus-per-node. It sets our model shape (at full: the recipe's own,
+    # 128 experts, top-6), the load balancing of --aux-loss-coeff and --bias-update-rate (Megatron's
+    # moe_aux_loss_coeff, moe_router_bias_update_rate) and the recipe's parallelism at full: expert parallel 8
+    # (16 experts per GPU), tensor parallel 1, so the GPU count must be a multiple of 8. The schedule is carried
+    # over (--schedule wsd becomes Megatron's WSD, linear anneal).
     if config.hands_off:
         return hand_off("pretrain", config, dataset, steps, seq_length=config.seq_len or SEQ_LEN[config.scale],
                         family="nano3",
@@ -157,6 +153,9 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
         validation = None
         if training.is_due(step, config.eval_every):
             validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
+        # The routing, per step, for the reader to watch it settle: `aux_loss` (per MoE layer, before the
+        # coefficient: 1.0 is perfect balance), `expert_load` (per layer, each expert's share of routed slots)
+        # and `max_load` (the busiest expert's share over the even share, 1.0 = even).
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm,
                         tokens=train.tokens_per_batch, validation=validation, **balance.log())
         training.checkpoint_if_due(step)

@@ -3,35 +3,30 @@
 1. setup: the stage-0 checkpoint's tokenizer (it carries the nano3 chat template, stage-0 curation put
    it there), the problem count per scale.
 2. sources: seeded addition problems in several wordings (`nemotron.data_prep.verifiable`), split by the
-   numbers asked into train and held out (the held-out ones are never trained on: evaluation and RL use
-   them); the training ones worked column by column by an imperfect teacher that drops one carry in
-   `--teacher-error-rate` of them (`verifiable.teacher_messages`: SFT learns the habit, RL's checker
-   fixes it), with reasoning stripped from `--reasoning-off-share`, as Nano 3 strips it from 10% of its
-   SFT samples so the model learns both sides of the on/off switch; they are written as a chat file
-   (`problem_chats.jsonl`) and from there read like any source. Beside them,
-   with `--chat-data`, nano2's chat data (chatterbot, no reasoning: `<think></think>` then the answer),
-   and the post-training selection, if given (`--selected-path`, `--selected-artifact`, or a
-   DiverseSelection on stdin beside the checkpoint).
-3. stages (the list in `main`, run over work items cut from those files, with receipts; no process
-   holds every conversation): read -> the selection's records in the nano3 template with their
-   reasoning and tool calls, masked by their own `loss_mode` (`nemotron.data_prep.chat.records`; those
-   the template cannot express are counted by reason in `selected_skipped`) -> valid or train by a
-   hash of each conversation's id -> the nano3 chat template with exact loss masks (reasoning tokens
-   trained or not, `--train-reasoning`), packed per work item (`nemotron.data_prep.packing`).
-4. finalize: each split's packed files concatenated into the one file Megatron-Bridge reads
-   (`train.parquet`, `valid.parquet`), and a `Nano3SFTDataset` with the counts from the receipts.
+   numbers asked into train and held out (never trained on: evaluation and RL use them); the training
+   ones worked column by column by an imperfect teacher that drops one carry in `--teacher-error-rate`
+   of them (SFT learns the habit, RL's checker fixes it), with reasoning stripped from
+   `--reasoning-off-share` of them, as Nano 3 strips it from 10% of its SFT samples, so the model learns
+   both sides of the on/off switch. Beside them, with `--chat-data`, nano2's chat data, and the
+   post-training selection, if given (`--selected-path`, `--selected-artifact`, or a DiverseSelection on
+   stdin beside the checkpoint).
+3. stages (the list in `main`, run over work items with receipts; no process holds every conversation):
+   read -> the selection's records in the nano3 template -> valid or train by a hash of each
+   conversation's id -> the nano3 chat template with exact loss masks (reasoning tokens trained or not,
+   `--train-reasoning`), packed per work item.
+4. finalize: one packed file per split, what Megatron-Bridge reads (`train.parquet`, `valid.parquet`),
+   and a `Nano3SFTDataset` with the counts from the receipts.
 
-torch-free (the tokenizer comes from `transformers`, imported when used).
+Input: the stage-0 MoE `Nano3PretrainCheckpoint` (`--checkpoint-path`, or stdin); at scale, where the
+stage-0 model is still to be trained on the cluster, as in nano2 the stage-0 PretrainDataset
+(`--pretrain-dataset-path`: its tokenizer is the one Megatron-Bridge trains the model with). Output: a
+`Nano3SFTDataset`. Refuses the dense counterpart's checkpoint and a tokenizer without the nano3 chat
+template. torch-free (the tokenizer comes from `transformers`, imported when used).
 
     python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training
-    python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training \
+    python -m nemotron.recipes.nano3.stage1_sft.data_curation --checkpoint-path runs/nano3/stage0_pretrain/training \\
         --selected-path runs/post_training_data/embed_select
-
-At scale the stage-0 model is still to be trained on the cluster when the SFT data is made, so, as in
-nano2, `--pretrain-dataset-path` takes the stage-0 PretrainDataset instead of a checkpoint: its tokenizer
-is the one Megatron-Bridge trains the model with (stage-0 curation with `--chat-template nano3`).
-
-    python -m nemotron.recipes.nano3.stage1_sft.data_curation --scale full \
+    python -m nemotron.recipes.nano3.stage1_sft.data_curation --scale full \\
         --pretrain-dataset-path runs/nano3/stage0_pretrain/data_curation
 """
 
@@ -142,7 +137,8 @@ def main(config: Config) -> Nano3SFTDataset:
         raise NemotronError(f"--workers must be >= 1, got {config.workers}")
     selection = _selection(config)
 
-    # --- sources: the problems (made from the seed, then read like any file), chat data, the selection ---
+    # --- sources: the problems (made from the seed, written as problem_chats.jsonl, then read like any file),
+    # chat data, the selection ---
     out = mark_unfinished(config.output_dir)
     digits = config.digits or DIGITS[config.scale]
     train, test = split_problems(addition_problems(num_problems, config.seed, digits), config.held_out, config.seed)
@@ -161,7 +157,7 @@ def main(config: Config) -> Nano3SFTDataset:
     tokenizer.save_pretrained(out / "tokenizer")  # the tokenizer alone travels to the workers, not the model
     blend = DataBlend.from_dict({"sources": [
         {"path": "problem_chats.jsonl", "name": "problems"},
-        *([{"path": "chatterbot"}] if config.chat_data else []),
+        *([{"path": "chatterbot"}] if config.chat_data else []),  # no reasoning: `<think></think>`, then the answer
         *([{"path": str(_selected_file(selection)), "name": "selected"}] if selection is not None else []),
     ], "split": [1 - config.valid_share, config.valid_share, 0.0]}, base_dir=out)
 
@@ -171,9 +167,11 @@ def main(config: Config) -> Nano3SFTDataset:
                "train_reasoning": config.train_reasoning}
     plan = plan_stages(items, input_fingerprint, [
         ReadStage(mode="chat"),
-        RecordsToChatStage("nano3", sources=("selected",)),  # reasoning, tool calls, own loss mode; skips counted
+        # the selection's records in the nano3 template with their reasoning and tool calls, masked by their own
+        # `loss_mode` (nemotron.data_prep.chat.records); those it cannot express counted by reason (selected_skipped)
+        RecordsToChatStage("nano3", sources=("selected",)),
         FilterSplitStage(blend.split),  # a hash of each conversation's id: valid or train, decided alone
-        TokenizeWriteStage("packed_parquet", out / "tokenizer", options, record="chat"),
+        TokenizeWriteStage("packed_parquet", out / "tokenizer", options, record="chat"),  # nemotron.data_prep.packing
     ], out / "runs")
     run_pending(plan, config.executor, config.workers or (1 if config.scale == "tiny" else None))
     splits, counts = finalize(plan, blend, "packed_parquet")

@@ -17,17 +17,15 @@ through the recorded lineage. Output: a `Nano3SFTResults` (samples.json holds ev
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact import apply_scale
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import final_answer, read_problems
+from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import (
     Nano3PretrainCheckpoint,
@@ -54,16 +52,14 @@ class Config(EvaluationSettings):
 
 
 def main(config: Config) -> Nano3SFTResults:
-    from nemotron.cpu import evaluation_threads
     from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
     from nemotron.evaluation.lessons import changed_answers, lesson
-    from nemotron.models.loading import load_model
 
     # --- inputs: the SFT model, its dataset (the held-out problems) and its base ---
-    sft = Nano3SFTCheckpoint.load_input(config, "checkpoint")
-    started = time.perf_counter()
+    evaluation = EvaluationRun(config, Nano3SFTCheckpoint)
+    sft = evaluation.checkpoint
     dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
                             stdin=config.piped, flag="--dataset-path")
     base = load_upstream(Nano3PretrainCheckpoint, path=None, tracked_artifact=None, scale=config.scale, made_from=[sft],
@@ -72,26 +68,21 @@ def main(config: Config) -> Nano3SFTResults:
 
     # --- generate, both models, both modes ---
     scores, samples, per_problem = {}, [], {}
-    with evaluation_threads(config.num_threads):
-        for name, checkpoint in (("base", base), ("sft", sft)):
-            model, tokenizer = load_model(checkpoint.model_dir)
-            for mode, thinking in (("on", True), ("off", False)):
-                messages = [[{"role": "user", "content": p["question"]}] for p in problems]
-                prompts = [tokenize_nano3_prompt(tokenizer, m, enable_thinking=thinking) for m in messages]
-                limit = config.max_new_tokens or MAX_NEW_TOKENS[mode]
-                completions = greedy_samples(model, tokenizer, prompts, limit, [IM_END_ID],
-                                             batch_size=config.batch_size)
-                # With reasoning off the prompt already closed the thoughts: the completion is the answer.
-                answers = [final_answer(c if thinking else "</think>" + c) for c in completions]
-                correct = [given == p["answer"] for given, p in zip(answers, problems)]
-                scores[f"{name}_exact_match_reasoning_{mode}"] = sum(correct) / len(correct)
-                per_problem[name, mode] = (correct, answers)
-                samples += [{"model": name, "reasoning": mode, "question": p["question"], "answer": p["answer"],
-                             "completion": c, "correct": ok} for p, c, ok in zip(problems[:5], completions, correct)]
+    for name, model, tokenizer in evaluation.models(base=base, sft=sft):
+        for mode, thinking in (("on", True), ("off", False)):
+            messages = [[{"role": "user", "content": p["question"]}] for p in problems]
+            prompts = [tokenize_nano3_prompt(tokenizer, m, enable_thinking=thinking) for m in messages]
+            limit = config.max_new_tokens or MAX_NEW_TOKENS[mode]
+            completions = greedy_samples(model, tokenizer, prompts, limit, [IM_END_ID], batch_size=config.batch_size)
+            # With reasoning off the prompt already closed the thoughts: the completion is the answer.
+            answers = [final_answer(c if thinking else "</think>" + c) for c in completions]
+            correct = [given == p["answer"] for given, p in zip(answers, problems)]
+            scores[f"{name}_exact_match_reasoning_{mode}"] = sum(correct) / len(correct)
+            per_problem[name, mode] = (correct, answers)
+            samples += [{"model": name, "reasoning": mode, "question": p["question"], "answer": p["answer"],
+                         "completion": c, "correct": ok} for p, c, ok in zip(problems[:5], completions, correct)]
 
-    # --- save ---
-    out = mark_unfinished(config.output_dir)
-    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    # --- the noise, the lesson and the answers it changed ---
     n = len(problems)
     errors = {f"{key}_stderr": math.sqrt(value * (1 - value) / n) for key, value in scores.items()}
     # The lesson: exact match per held-out question with reasoning on, base -> SFT (paired); and the
@@ -104,11 +95,12 @@ def main(config: Config) -> Nano3SFTResults:
             {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
             for p, before, after in zip(problems, base_answers, sft_answers)]),
     }
-    return Nano3SFTResults(
-        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[sft, dataset, base],
-        samples_path=out / "samples.json", num_problems=n, **scores,
-        metrics={**scores, **errors, "num_problems": n, **lessons, "wall_seconds": time.perf_counter() - started},
-    ).save()
+
+    # --- save ---
+    return evaluation.save(
+        Nano3SFTResults, inputs=[sft, dataset, base], samples=samples,
+        metrics={**scores, **errors, "num_problems": n, **lessons}, num_problems=n, **scores,
+    )
 
 
 if __name__ == "__main__":

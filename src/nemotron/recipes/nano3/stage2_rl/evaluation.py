@@ -18,18 +18,16 @@ the recorded lineage. Output: a `Nano3RLResults`.
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron import atomic
-from nemotron.artifact import apply_scale, mark_unfinished
+from nemotron.artifact import apply_scale
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import Addition, final_answer, read_problems, reward
 from nemotron.errors import NemotronError
+from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLResults, Nano3SFTCheckpoint, Nano3SFTDataset
 
@@ -56,55 +54,52 @@ class Config(EvaluationSettings):
 
 
 def main(config: Config) -> Nano3RLResults:
-    from nemotron.cpu import evaluation_threads
     from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
     from nemotron.evaluation.lessons import changed_answers, lesson
-    from nemotron.models.loading import load_model
     from nemotron.training.grpo import sample_groups
 
+    # --- inputs: the RL model, the SFT model it started from, and the held-out problems ---
     if config.samples_per_problem < 1 or not config.temperature > 0:
         raise NemotronError(f"--samples-per-problem {config.samples_per_problem} / --temperature {config.temperature}: "
                             "need at least 1 sample per question and a temperature above 0")
-    rl = Nano3RLCheckpoint.load_input(config, "checkpoint")
-    started = time.perf_counter()
+    evaluation = EvaluationRun(config, Nano3RLCheckpoint)
+    rl = evaluation.checkpoint
     sft = load_upstream(Nano3SFTCheckpoint, path=None, tracked_artifact=None, scale=config.scale, made_from=[rl],
                         stdin=False, flag="--checkpoint-path")
     dataset = load_upstream(Nano3SFTDataset, path=None, tracked_artifact=None, scale=config.scale, made_from=[rl],
                             stdin=False, flag="--checkpoint-path")
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
+    # --- per model: the greedy answers, and the sampled ones ---
     greedy, sampled, exact, samples, given = {}, {}, {}, [], {}
     mistakes = [Addition(p["a"], p["b"]).dropped_carry_answers for p in problems]
     imitated = {"sft": 0, "rl": 0}  # sampled answers that are a dropped carry's, per model
-    with evaluation_threads(config.num_threads):
-        for name, checkpoint in (("sft", sft), ("rl", rl)):
-            model, tokenizer = load_model(checkpoint.model_dir)
-            prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
-            # greedy: one answer per question
-            completions = greedy_samples(model, tokenizer, prompts, config.max_new_tokens, [IM_END_ID],
-                                         batch_size=config.batch_size)
-            greedy[name] = [reward(c, p["answer"]) for c, p in zip(completions, problems)]
-            given[name] = [final_answer(c) for c in completions]
-            exact[name] = [float(a == p["answer"]) for a, p in zip(given[name], problems)]
-            samples += [{"model": name, "question": p["question"], "answer": p["answer"], "completion": c}
-                        for p, c in zip(problems[:5], completions)]
-            # sampled: the mean reward of `samples_per_problem` completions per question
-            sampled[name] = []
-            k = config.samples_per_problem
-            for start in range(0, len(prompts), config.batch_size):
-                batch = problems[start : start + config.batch_size]
-                ids = sample_groups(model, prompts[start : start + config.batch_size], k, config.max_new_tokens,
-                                    config.temperature, IM_END_ID, tokenizer.pad_token_id, seed=config.seed + start)
-                texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in ids]
-                scores = [reward(t, batch[i // k]["answer"]) for i, t in enumerate(texts)]
-                sampled[name] += [sum(scores[i * k : (i + 1) * k]) / k for i in range(len(batch))]
-                # the teacher's mistake, imitated: a sampled answer that a dropped carry gives
-                imitated[name] += sum(final_answer(t) in mistakes[start + i // k] for i, t in enumerate(texts))
+    for name, model, tokenizer in evaluation.models(sft=sft, rl=rl):
+        prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
+        # greedy: one answer per question
+        completions = greedy_samples(model, tokenizer, prompts, config.max_new_tokens, [IM_END_ID],
+                                     batch_size=config.batch_size)
+        greedy[name] = [reward(c, p["answer"]) for c, p in zip(completions, problems)]
+        given[name] = [final_answer(c) for c in completions]
+        exact[name] = [float(a == p["answer"]) for a, p in zip(given[name], problems)]
+        samples += [{"model": name, "question": p["question"], "answer": p["answer"], "completion": c}
+                    for p, c in zip(problems[:5], completions)]
+        # sampled: the mean reward of `samples_per_problem` completions per question
+        sampled[name] = []
+        k = config.samples_per_problem
+        for start in range(0, len(prompts), config.batch_size):
+            batch = problems[start : start + config.batch_size]
+            ids = sample_groups(model, prompts[start : start + config.batch_size], k, config.max_new_tokens,
+                                config.temperature, IM_END_ID, tokenizer.pad_token_id, seed=config.seed + start)
+            texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in ids]
+            scores = [reward(t, batch[i // k]["answer"]) for i, t in enumerate(texts)]
+            sampled[name] += [sum(scores[i * k : (i + 1) * k]) / k for i in range(len(batch))]
+            # the teacher's mistake, imitated: a sampled answer that a dropped carry gives
+            imitated[name] += sum(final_answer(t) in mistakes[start + i // k] for i, t in enumerate(texts))
 
-    out = mark_unfinished(config.output_dir)
-    atomic.write_text(out / "samples.json", json.dumps(samples, indent=2, ensure_ascii=False) + "\n")
+    # --- the gains with their noise, the lesson and the answers it changed ---
     n = len(problems)
     mean = {name: sum(values) / n for name, values in sampled.items()}
     match = {name: sum(values) / n for name, values in exact.items()}
@@ -128,13 +123,14 @@ def main(config: Config) -> Nano3RLResults:
         "changed_answers": changed_answers(exact["sft"], exact["rl"], [
             {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
             for p, before, after in zip(problems, given["sft"], given["rl"])]),
-        "wall_seconds": time.perf_counter() - started,
     }
-    return Nano3RLResults(
-        path=out, config=asdict(config), scale=config.scale, seed=config.seed, inputs=[rl, sft, dataset],
-        samples_path=out / "samples.json", sft_reward=mean["sft"], rl_reward=mean["rl"], sft_exact_match=match["sft"],
-        rl_exact_match=match["rl"], num_problems=n, metrics=metrics,
-    ).save()
+
+    # --- save ---
+    return evaluation.save(
+        Nano3RLResults, inputs=[rl, sft, dataset], samples=samples, metrics=metrics,
+        sft_reward=mean["sft"], rl_reward=mean["rl"], sft_exact_match=match["sft"], rl_exact_match=match["rl"],
+        num_problems=n,
+    )
 
 
 def paired_gain(after: list[float], before: list[float]) -> tuple[float, float]:
