@@ -40,7 +40,7 @@ def test_stage1_data_curation_takes_the_selection_as_its_chat_source(selected, t
     path, records = selected
     checkpoint = make_pretrain_checkpoint(tmp_path / "stage0")
     dataset = main(Config(checkpoint_path=checkpoint.path, output_dir=tmp_path / "sft", use_chatterbot=False,
-                          selected_path=path, split_ratios=(0.6, 0.2, 0.2)))
+                          selected_path=path, split_ratios=(0.6, 0.2, 0.2), skill_problems=0))
     assert dataset.metrics["source_skipped"]["selected"] == {TOOL_USE: 10}
     assert dataset.metrics["conversations_read"] == {"selected": len(records) - 10}
     sources = {c["source"].split("/")[1] for split in ("train", "valid", "test")

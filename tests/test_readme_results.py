@@ -19,7 +19,7 @@ spec.loader.exec_module(readme_results)
 
 # A figure: a decimal number, a number of two or more digits, or a share in percent (not a stage's number
 # in "stage 1", nor anything inside code).
-FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+|\d{2,}|\d+%)(?![\w.])")
+FIGURE = re.compile(r"(?<![\w.])(\d+%|\d+\.\d+|\d{2,})(?![\w.])")
 
 
 def expected_section(text: str) -> str:
