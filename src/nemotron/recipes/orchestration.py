@@ -201,7 +201,7 @@ def benchmark_final_model(settings: Any, checkpoint: Artifact, out: Path, scale:
     --benchmarks core --limit N` (`settings`: the recipe's `--benchmarks.*` flags, an
     `evaluation.settings.BenchmarkSettings`), N by scale unless `--benchmarks.limit` says; skipped like any
     step when up to date."""
-    from nemotron.evaluation import __main__ as standard_benchmarks
+    import nemotron.evaluation.__main__ as standard_benchmarks  # the `python -m nemotron.evaluation` step
     from nemotron.evaluation.benchmarks import StandardBenchmarkResults
 
     limit = settings.limit or apply_scale(FULL_BENCHMARK_ITEMS, scale)
