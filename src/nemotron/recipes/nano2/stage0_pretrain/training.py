@@ -44,11 +44,11 @@ from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import PretrainingSettings, parse_overrides
 
-# Optimizer steps and window length per scale. Tiny: ~35 s on 2 idle cores (~12,000 tokens/s with 2
-# threads), ~0.27 epochs of Shakespeare: what the recipe's 120 s budget leaves stage 0 once SFT and DPO
-# have theirs. Measured with warmup-stable-decay: held-out loss 4.67 nats/token at 200 steps, 4.51 at 260,
-# 4.34 at 340 (0.700x the unigram's bits per byte); SFT's skill and DPO's lesson held at 200 (the README).
-STEPS = {"tiny": 200, "small": 2000, "medium": 20000, "full": 100000}
+# Optimizer steps and window length per scale. Tiny: ~30 s on 2 idle cores (~12,000 tokens/s with 2
+# threads), ~0.2 epochs of Shakespeare: what the recipe's 120 s budget leaves stage 0 once SFT and DPO
+# have theirs. Measured with warmup-stable-decay: held-out loss 4.80 nats/token at 150 steps, 4.67 at 200,
+# 4.34 at 340 (0.700x the unigram's bits per byte); SFT's skill and DPO's lesson hold at 150 (the README).
+STEPS = {"tiny": 150, "small": 2000, "medium": 20000, "full": 100000}
 SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
 
 
