@@ -125,7 +125,7 @@ def render(name: str, data: dict) -> str:
         return "\n".join(lines) + "\n"
     if name == "sft_length":
         lines = [f"`python benchmarks/bench_sft_length.py`, {data['date']}, seed {data['seed']}: SFT for a share of "
-                 f"its default {data['default_epochs']:g} passes over the data; {data['measure']}.", "",
+                 f"its default {data['default_epochs']:.3g} passes over the data; {data['measure']}.", "",
                  "| share of the default | passes | steps | " + " | ".join(data["columns"]) + " |",
                  "|---|---|---|" + "---|" * len(data["columns"])]
         for point in data["points"]:

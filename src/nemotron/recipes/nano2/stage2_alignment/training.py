@@ -68,11 +68,9 @@ class Config(ContinuedTrainingSettings):
     sft_weight: float = 0.0
     """Weight of an NLL term on the chosen answers (their mean NLL per token), added to the DPO loss, as Llama 3
     and Nemotron-4 340B train (Pang et al., 2024 call it RPO); 0 is plain DPO."""
-    # DPO re-ranks the model's own answers; it should not re-learn the language. Measured at tiny (seed 0, one
-    # epoch of ~750 judged pairs), held-out chance of a right answer from SFT's 0.578: 5e-5 0.664 (the teacher's
-    # near miss 0.151 -> 0.046); 2e-4 collapsed (greedy accuracy 0.91 -> 0.47: pushing the rejected answers down
-    # drags the chosen ones with them, the "likelihood displacement" of Razin et al., 2024); --sft-weight
-    # (an NLL term on the chosen answers) holds them up: see the recipe README's table of variants.
+    # DPO re-ranks the model's own answers; it should not re-learn the language. A low rate keeps plain DPO
+    # from dragging the chosen answers down with the rejected ones (the "likelihood displacement" of Razin et
+    # al., 2024); the recipe README's "DPO's settings, measured" sets it beside a larger rate and --sft-weight.
     lr: float = 5e-5
     # No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises.
     weight_decay: float = 0.0
