@@ -74,8 +74,9 @@ def main() -> None:
         raise SystemExit("error: --run must be a finished recipe run folder (python -m nemotron.recipes.nano2 "
                          "--scale tiny --output-dir runs/nano2 makes one)")
     default = json.loads((run / "stage1_sft" / "training" / "metadata.json").read_text())
-    epochs = default["config"].get("epochs") or default["steps"] * default["config"]["micro_batch_size"] / \
-        json.loads((run / "stage1_sft" / "data_curation" / "metadata.json").read_text())["num_train_rows"]
+    curated = json.loads((run / "stage1_sft" / "data_curation" / "metadata.json").read_text())
+    rows = curated.get("num_train_rows") or curated["metrics"]["train_rows"]  # nano2's field, nano3's metric
+    epochs = default["config"].get("epochs") or default["steps"] * default["config"]["micro_batch_size"] / rows
     seed = default["seed"]
     points = []
     for fraction in args.fractions:

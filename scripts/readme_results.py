@@ -78,14 +78,14 @@ def expected_data(recipe: str, run: Path) -> dict:
         if art is None:
             raise SystemExit(f"error: {run / step} holds no artifact; run the whole recipe into {run} first")
         lessons.append({"stage": stage, **art["metrics"]["lesson"]})
-    steps = {step: round(art["metrics"]["wall_seconds"], 1) for step in STEPS[recipe]
-             if (art := metadata(step)) is not None and "wall_seconds" in art.get("metrics", {})}
+    steps = [[step, round(art["metrics"]["wall_seconds"], 1)] for step in STEPS[recipe]  # in the run's order
+             if (art := metadata(step)) is not None and "wall_seconds" in art.get("metrics", {})]
     first = metadata(LESSONS[recipe][-1][1])
     producer = first["producer"]
     return {"date": first["created_at"][:10], "commit": producer["git_commit"][:12],
             "dirty": producer.get("git_dirty", False), "seed": first["seed"], "threads": producer["num_threads"],
             "torch": producer["torch_version"], "matmul_gflops": round(matmul_gflops()),
-            "lessons": lessons, "step_seconds": steps, "total_seconds": round(sum(steps.values()), 1)}
+            "lessons": lessons, "step_seconds": steps, "total_seconds": round(sum(t for _, t in steps), 1)}
 
 
 def figure(value: float) -> str:
@@ -108,17 +108,17 @@ def render(name: str, data: dict) -> str:
         lines += [f"| {r['stage']} | {r['measure']} | {figure(r['before'])} | {figure(r['after'])} | "
                   f"{r['gain']:+.4g} ± {r['standard_error']:.2g} | {r['n']} | {verdict(r)} |" for r in data["lessons"]]
         lines += ["", "| step | seconds |", "|---|---|"]
-        lines += [f"| {step} | {seconds} |" for step, seconds in data["step_seconds"].items()]
+        lines += [f"| {step} | {seconds} |" for step, seconds in data["step_seconds"]]
         lines += [f"| **all steps** | **{data['total_seconds']}** |"]
         return "\n".join(lines) + "\n"
     if name == "lessons":
         stages = list(dict.fromkeys(stage for run in data["runs"] for stage in run["lessons"]))
         lines = [f"`python benchmarks/bench_lessons.py`, {data['date']}: each stage's gain ± its standard error "
                  "(its ratio to the error), per seed and thread count.", "",
-                 "| seed | threads | " + " | ".join(stages) + " | steps (s) | load |",
+                 "| seed | threads | " + " | ".join(stages) + " | steps (s) | load average at the start |",
                  "|---|---|" + "---|" * len(stages) + "---|---|"]
         for run in data["runs"]:
-            cells = [f"{r['gain']:+.3g} ± {r['standard_error']:.2g} ({r['gain'] / r['standard_error']:.0f} SE)"
+            cells = [f"{r['gain']:+.3g} ± {r['standard_error']:.2g} ({r['gain'] / r['standard_error']:.1f} SE)"
                      if (r := run["lessons"].get(stage)) and r["standard_error"] else "" for stage in stages]
             lines.append(f"| {run['seed']} | {run['threads']} | " + " | ".join(cells) +
                          f" | {run['step_seconds']} | {run['load_average']} |")
@@ -148,7 +148,7 @@ def render(name: str, data: dict) -> str:
 def write_block(readme: Path, name: str, data: dict) -> None:
     """Put block `name` (its data and its table) into `readme`, in place of the one there."""
     head = f"<!-- results:{name} (scripts/readme_results.py writes this block; do not edit it by hand) -->"
-    block = f"{head}\n<!-- data: {json.dumps(data, sort_keys=True)} -->\n{render(name, data)}<!-- /results:{name} -->"
+    block = f"{head}\n<!-- data: {json.dumps(data)} -->\n{render(name, data)}<!-- /results:{name} -->"
     text = readme.read_text(encoding="utf-8")
     found = [m for m in BLOCK.finditer(text) if m["name"] == name]
     if not found:

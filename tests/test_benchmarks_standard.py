@@ -96,7 +96,12 @@ def recipe_benchmark_rows(report_text: str, scored: dict, checkpoint_type: str) 
     the recipe's final model, a `checkpoint_type`), by task, checked against the artifact: a row per task,
     "**AT CHANCE**" exactly where the artifact says, and the count above the table. What the nano2 and nano3
     recipe tests assert on their runs."""
-    assert scored["inputs"][0]["type"] == checkpoint_type and scored["limit"] == 20  # the tiny default
+    from nemotron.artifact import apply_scale
+    from nemotron.recipes.orchestration import FULL_BENCHMARK_ITEMS
+
+    assert scored["inputs"][0]["type"] == checkpoint_type
+    limit = apply_scale(FULL_BENCHMARK_ITEMS, "tiny")  # the tiny default, by the recipes' rule
+    assert scored["limit"] == limit
     summaries = scored["metrics"]["benchmarks"]
     assert list(summaries) == list(BY_NAME)
     table = report_text[report_text.index("## Standard benchmarks"):].split("\n## ")[0]
@@ -104,7 +109,7 @@ def recipe_benchmark_rows(report_text: str, scored: dict, checkpoint_type: str) 
             if line.startswith(f"| evaluation/benchmarks | {checkpoint_type} | ")}
     assert set(rows) == set(BY_NAME), table
     for task, summary in summaries.items():
-        assert summary["n"] == 20 and ("**AT CHANCE**" in rows[task]) == summary["at_chance"], (task, rows[task])
+        assert summary["n"] == limit and ("**AT CHANCE**" in rows[task]) == summary["at_chance"], (task, rows[task])
     count = sum(summary["at_chance"] for summary in summaries.values())
     assert f"**At chance: {count} of {len(BY_NAME)}**" in table
     return rows

@@ -92,9 +92,11 @@ def test_report_card_has_plot_and_base_sft_dpo_numbers(recipe):
         for i, column in ((2, "base"), (3, "SFT"), (4, "DPO"))
     }
     assert all(filled.values()), f"a results column has no numbers: {filled}"
-    # The answer accuracy is measured on every model: base and SFT in stage 1, SFT and DPO in stage 2.
-    accuracy = next(r for r in rows if r[0] == "answer_accuracy")
-    assert all(number.fullmatch(cell) for cell in accuracy[2:]), accuracy
+    # The skill is measured on every model: base and SFT in stage 1, SFT and DPO in stage 2 (the chat's answer
+    # test only in stage 1: DPO's pairs are about the skill).
+    for measure in ("skill_accuracy", "skill_p_right", "skill_p_near_miss", "completion_nll"):
+        row = next(r for r in rows if r[0] == measure)
+        assert all(number.fullmatch(cell) for cell in row[2:]), row
 
 
 def test_report_card_says_which_way_is_better_and_shows_what_each_model_says(recipe):

@@ -236,13 +236,17 @@ def test_pipe_from_stage0_through_stage1_into_stage2(checkpoint, tmp_path):
     command = (
         "set -o pipefail; "
         f"{python} -m nemotron.recipes.nano2.stage1_sft.data_curation --scale tiny --output-dir {tmp_path / 'sft'} "
-        f"| {python} -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny "
+        f"| {python} -m nemotron.recipes.nano2.stage1_sft.training --scale tiny --steps 40 --eval-every 40 "
+        f"--checkpoint-every 40 --output-dir {tmp_path / 'sft_training'} "
+        f"| {python} -m nemotron.recipes.nano2.stage2_alignment.data_curation --scale tiny --num-prompts 100 "
         f"--output-dir {tmp_path / 'pref'}"
     )
     result = subprocess.run(["bash", "-c", command], check=False, input=stdin, capture_output=True, text=True, cwd=REPO,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     out = json.loads(result.stdout)
-    assert set(out) == {"pretraincheckpoint", "sftdataset", "preferencedataset"}
-    assert out["preferencedataset"]["inputs"][0]["digest"] == out["sftdataset"]["digest"]
+    # stage 2's pairs come from the SFT model's own answers (40 steps: some right, some wrong)
+    assert set(out) == {"pretraincheckpoint", "sftdataset", "sftcheckpoint", "preferencedataset"}
+    assert {ref["digest"] for ref in out["preferencedataset"]["inputs"]} >= {out["sftcheckpoint"]["digest"]}
+    assert {ref["digest"] for ref in out["sftcheckpoint"]["inputs"]} >= {out["sftdataset"]["digest"]}
 

@@ -59,7 +59,7 @@ def test_a_block_drawn_from_other_data_fails_the_check():
                                                 "gain": 0.1, "standard_error": 0.005, "n": 500, "measure": "m",
                                                 "before": 0.6, "after": 0.7}}}]}
     drawn = readme_results.render("lessons", data)
-    assert "+0.1 ± 0.005 (20 SE)" in drawn
+    assert "+0.1 ± 0.005 (20.0 SE)" in drawn
     assert readme_results.render("lessons", {**data, "date": "2026-12-02"}) != drawn
     assert FIGURE.findall("gains 0.08 and took 113 s, 35% more") == ["0.08", "113", "35%"]
     assert FIGURE.findall("stage 1 and stage0 with --seed 2") == []

@@ -44,9 +44,9 @@ from nemotron.training.settings import FineTuningSettings
 # Passes over the packed training rows per scale (the steps follow from the data; --patience stops earlier
 # when the validation loss stops improving). Tiny: 800 problems in ~350 rows. The model learns to read the
 # question's digits in one jump (the validation loss falls from ~0.5 to ~0.1 within ~150 steps), and where
-# the jump falls moves with the last bits and the row order: measured at steps ~350-750 (seed 0, SFT seeds 1
-# and 2, and one run whose jump came late and left exact match at 0.21 after 10 passes). 13 passes of 4 rows
-# a step (~1,130 steps) leave room after the latest one seen; the README's "How long SFT trains" has the curve.
+# the jump falls moves with the last bits and the row order. At lr 1.5e-3 (seed 0, bench_sft_length.py):
+# exact match 0.18 at 0.6x these passes, 0.65 at 0.8x, 0.88 at 1x, 0.73 at 1.2x: not yet flat; 13 passes of
+# 4 rows a step (~1,130 steps) were past the jump in seeds 0-2. The README's "How long SFT trains" has the curve.
 EPOCHS = {"tiny": 13.0, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 400, "small": 1000, "medium": 4000, "full": 20000}
@@ -60,10 +60,10 @@ class Config(FineTuningSettings):
     # 4 packed rows a step: at tiny, 1,000 steps of 4 rows reached held-out exact match 0.84, where 600 steps of
     # 8 (more rows in all) reached 0.47: the digit facts want many updates more than large batches.
     micro_batch_size: int = 4
-    # Half the stage-0 rate. Measured at tiny (13 passes, ~1,130 steps; held-out exact match): 3e-3 gave 0.63,
-    # 0.43 and 0.08 for seeds 0, 1 and 2 (seed 2 never learnt to read the digits); 1.5e-3 gave 0.75 (seed 0)
-    # and 0.79 (seed 2). 1e-3 and 6e-3 learnt less in 600-800 steps; 780 steps at 1.5e-3 stopped short of
-    # the jump (0.12-0.15). The README's "Expected results" has every seed at the default.
+    # Half the stage-0 rate. Measured at tiny (13 passes, ~1,130 steps; held-out exact match, whole recipe runs,
+    # seeds 0, 1, 2): 3e-3 gave 0.63, 0.43 and 0.08 (seed 2 never learnt to read the digits), 1.5e-3 gave 0.81,
+    # 0.75 and 0.60. 1e-3 and 6e-3 learnt less in 600-800 steps; 780 steps at 1.5e-3 stopped short of the jump
+    # (0.12-0.15). The README's "Expected results" has every seed at the default.
     lr: float = 1.5e-3
     # No decay: the measurements above were all made without it (0.1 was not measured here).
     weight_decay: float = 0.0
