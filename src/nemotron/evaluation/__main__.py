@@ -67,6 +67,7 @@ def main(config: Config) -> StandardBenchmarkResults:
     )
     from nemotron.evaluation.through_server import served_model, server_lm
     from nemotron.models.device import pick_device
+    from nemotron.serve.engine import eos_ids
     from nemotron.serve.models import load_served
 
     device = pick_device(config.device)
@@ -89,11 +90,10 @@ def main(config: Config) -> StandardBenchmarkResults:
             identity, model = {**entry["nemotron"], "server": config.through_server}, entry["id"]
         else:
             served = load_served(spec, device=device)
-            # A generation ends where the server's would (`serve.engine`): at EOS, and for our chat formats at
-            # the end of the assistant's turn too, so in-process and --through-server generate the same text.
-            config_eos = served.model.generation_config.eos_token_id
-            eos = [config_eos] if isinstance(config_eos, int) else list(config_eos or [])
-            served.model.generation_config.eos_token_id = eos + [t for t in served.stop_token_ids if t not in eos]
+            # A generation ends where the server's would: at EOS, and for our chat formats at the end of the
+            # assistant's turn too, so in-process and --through-server generate the same text.
+            served.model.generation_config.eos_token_id = eos_ids(served.model, served.tokenizer,
+                                                                  served.stop_token_ids)
             lm = lm_eval_model(served.model, served.tokenizer, batch_size=config.batch_size,
                                max_length=config.max_length)
             out = mark_unfinished(config.output_dir)

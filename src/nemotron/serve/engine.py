@@ -61,7 +61,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,8 +148,7 @@ class Engine:
             raise NemotronError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
         self.model, self.tokenizer, self.max_batch_size, self.batching = model, tokenizer, max_batch_size, batching
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])  # logits width (may exceed len(tokenizer))
-        eos = _eos_ids(model, tokenizer)
-        self.eos_ids = eos + [int(t) for t in stop_token_ids if int(t) not in eos]
+        self.eos_ids = eos_ids(model, tokenizer, stop_token_ids)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
         self._xgr = xgrammar
         info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
@@ -459,8 +458,9 @@ def _generator(request: GenerationRequest) -> torch.Generator | None:
     return generator
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every id that ends a completion: the generation config's EOS (one or a list) and the tokenizer's."""
+def eos_ids(model: Any, tokenizer: Any, stop_token_ids: Sequence[int] = ()) -> list[int]:
+    """Every id that ends a completion: the generation config's EOS (one or a list), the tokenizer's, then
+    `stop_token_ids` (a chat format's end of turn), each once, in that order."""
     found: list[int] = []
     config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     for value in ([config_eos] if isinstance(config_eos, int) else list(config_eos or [])) + [tokenizer.eos_token_id]:
@@ -469,4 +469,4 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     if not found:
         raise NemotronError("the model has no EOS token (generation_config.eos_token_id / tokenizer.eos_token_id); "
                             "set one in its config")
-    return found
+    return found + [int(t) for t in stop_token_ids if int(t) not in found]
