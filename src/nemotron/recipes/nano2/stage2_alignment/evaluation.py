@@ -91,7 +91,6 @@ def main(config: Config) -> DPOResults:
     # --- data: the held-out skill problems and pairs, the stage-1 test chats ---
     limit = config.max_items or apply_scale(FULL_EVAL_ITEMS, config.scale)
     problems = read_problems(sft_dataset.test_problems, limit)
-    pairs = read_pairs(pairs_dataset.test_pairs)[:limit]  # for lm-eval's copy of the preference test
     # The chat: the stage-1 test chats but the skill's (the skill has its own measures, and DPO's pairs were
     # sampled from training problems whose teacher-answered chats may sit in SFT's test split).
     conversations = [c for c in read_conversations(sft_dataset.test_conversations)
@@ -117,6 +116,7 @@ def main(config: Config) -> DPOResults:
 
     # --- lm-eval (--harness lm_eval): the same pairs as an lm-eval task, and any --benchmarks ---
     if evaluation.with_lm_eval:
+        pairs = read_pairs(pairs_dataset.test_pairs)[:limit]  # the held-out pairs, as the pairs file holds them
         tasks = [preference_task("nano2_preferences", tokenizers["dpo"], pairs)]  # SFT's tokenizer, unchanged
         metrics["lm_eval"] = evaluation.lm_eval(tasks, {"sft": sft.model_dir, "dpo": checkpoint.model_dir})
 
