@@ -35,6 +35,14 @@ with every figure (keys `mfu` and `speedup` among them) last.
     python benchmarks/bench_mfu.py --device cuda       # small on one GPU, bf16 autocast
     python benchmarks/bench_mfu.py --device cuda --scale medium --compile on   # compiled, CUDA graphs
     python benchmarks/bench_mfu.py --quick             # seconds: tiny shapes, the same code path
+    python benchmarks/bench_mfu.py --before ff9e04b    # the recipe's own step, before a change and after
+
+`--before REV` times, instead, the recipe's own step: nano2 stage 0's `training.py`, the command a user
+runs, `--steps` steps at the scale, from REV's `src/` (`git archive`) and from this tree's, one fresh
+process after the other in turns, each on the same data curated by its own tree. Printed: the step's own
+seconds per step (its artifact's `seconds_per_step`: the loop from the first step to the last, with the
+final validation and checkpoint), the medians, and after / before. What it answers: did a change to the
+step's code (a loop moved onto the page, a layer swap made visible) cost step time.
 
 Batches are seeded random token ids over the vocabulary (`--dataset-path` reads a PretrainDataset's
 train windows instead): a step costs the same whatever the tokens are.
@@ -43,11 +51,15 @@ train windows instead): a step costs the same whatever the tokens are.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -200,6 +212,55 @@ def side(name: str, args, connection) -> None:
     connection.send(profile_table(step, data[:args.steps], args.profile) if args.profile else "")
 
 
+def step_seconds(tree: Path, command: list[str], out: Path) -> float:
+    """Run one of stage 0's steps (`python -m nemotron.recipes.nano2.stage0_pretrain.<command>`) with `tree`'s
+    src/ first on the path; the seconds per step its artifact in `out` records (curation: 0)."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", f"nemotron.recipes.nano2.stage0_pretrain.{command[0]}",
+                           *command[1:], "--output-dir", str(out)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"error: {command[0]} from {tree} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads((out / "metadata.json").read_text())["metrics"].get("seconds_per_step") or 0.0
+
+
+def before_and_after(args) -> None:
+    """--before REV: the real stage-0 step from REV's tree and from this one, in turns (module docstring)."""
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", args.before, "src"],
+                             capture_output=True)
+    if archive.returncode != 0:
+        sys.exit(f"error: --before {args.before}: git archive failed ({archive.stderr.decode().strip()}); "
+                 "give a commit of this repository")
+    steps = 4 if args.quick else args.steps
+    rounds = 1 if args.quick else args.rounds
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"before": Path(tmp) / "before", "after": repo}
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(trees["before"], filter="data")
+        data = {}
+        for name, tree in trees.items():  # each tree curates with its own code: its artifact's schema
+            data[name] = Path(tmp) / f"{name}-data"
+            step_seconds(tree, ["data_curation", "--scale", args.scale], data[name])
+        seconds: dict[str, list[float]] = {name: [] for name in trees}
+        for round_ in range(rounds):
+            for name, tree in trees.items():
+                out = Path(tmp) / f"{name}-run{round_}"
+                seconds[name].append(step_seconds(tree, [
+                    "training", "--scale", args.scale, "--dataset-path", str(data[name]), "--steps", str(steps),
+                    "--eval-every", str(steps), "--checkpoint-every", str(steps)], out))
+            print(f"round {round_ + 1}: before {seconds['before'][-1]:.3f} s/step, after {seconds['after'][-1]:.3f}",
+                  file=sys.stderr)
+    before, after = statistics.median(seconds["before"]), statistics.median(seconds["after"])
+    load = (load_before + os.getloadavg()[0]) / 2
+    print(f"nano2 stage 0 training.py at {args.scale}, {steps} steps a run, {rounds} runs a side in turns, "
+          f"load average ~{load:.1f} on {os.cpu_count()} cores")
+    print(f"before ({args.before}) {before:.3f} s/step, after (this tree) {after:.3f} s/step (medians)")
+    print(json.dumps({"before": args.before, "scale": args.scale, "steps": steps, "rounds": rounds,
+                      "before_seconds_per_step": seconds["before"], "after_seconds_per_step": seconds["after"],
+                      "load_average": round(load, 2), "after_over_before": after / before}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -209,7 +270,8 @@ def main() -> None:
                         help="on: the recipe's model and loss compiled as --compile on trains them (baseline: eager)")
     parser.add_argument("--batch", type=int, default=8, help="windows per step (stage 0's micro-batch)")
     parser.add_argument("--seq-len", type=int, default=None, help="default: stage 0's at the scale")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per round and side")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per round and side (default 6; with --before, 60 a run)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, recipe and baseline in turn; medians")
     parser.add_argument("--matmul-size", type=int, default=None, help="n of the peak's n x n products")
     parser.add_argument("--dataset-path", type=Path, default=None, help="train on a PretrainDataset's windows")
@@ -217,7 +279,13 @@ def main() -> None:
                         help="keep: the training steps' malloc policy (keep_freed_memory); default: glibc's")
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS", help="print the top ROWS operators of each")
     parser.add_argument("--quick", action="store_true", help="seconds: 2 x 64 tokens, 2 steps, 1 round, n=256")
+    parser.add_argument("--before", metavar="REV", default=None,
+                        help="time the recipe's own stage-0 step from REV's tree and this one, in turns (docstring)")
     args = parser.parse_args()
+    if args.before is not None:
+        args.scale, args.steps = args.scale or "tiny", args.steps or 60
+        return before_and_after(args)
+    args.steps = args.steps or 6
 
     device, malloc = setup(args)
     args.device = device.type  # the sides' processes take this device

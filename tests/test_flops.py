@@ -69,3 +69,24 @@ def test_bench_mfu_says_a_sides_error_in_one_line(tmp_path):
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [f"error: the recipe side: {tmp_path / 'missing'} does not exist; "
                                                 "check the path"], done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.bench  # two curations and two short training runs: make bench-check runs it
+def test_bench_mfu_before_times_the_real_step_of_both_trees():
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mfu.py"
+    done = subprocess.run([sys.executable, str(bench), "--before", "HEAD", "--quick"],
+                          capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    before, after = figures["before_seconds_per_step"], figures["after_seconds_per_step"]
+    assert figures["steps"] == 4 and len(before) == len(after) == 1 and min(before + after) > 0
+    assert figures["after_over_before"] > 0
+
+
+def test_bench_mfu_before_refuses_an_unknown_revision_in_one_line():
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mfu.py"
+    done = subprocess.run([sys.executable, str(bench), "--before", "no-such-rev", "--quick"],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and done.stdout == ""
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: --before no-such-rev: git archive failed") and "give a commit" in line
