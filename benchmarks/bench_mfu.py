@@ -39,10 +39,11 @@ with every figure (keys `mfu` and `speedup` among them) last.
 
 `--before REV` times, instead, the recipe's own step: nano2 stage 0's `training.py`, the command a user
 runs, `--steps` steps at the scale, from REV's `src/` (`git archive`) and from this tree's, one fresh
-process after the other in turns, each on the same data curated by its own tree. Printed: the step's own
+process after the other in turns, each on stage-0 data its own tree curated. Printed: the step's own
 seconds per step (its artifact's `seconds_per_step`: the loop from the first step to the last, with the
-final validation and checkpoint), the medians, and after / before. What it answers: did a change to the
-step's code (a loop moved onto the page, a layer swap made visible) cost step time.
+final validation and checkpoint), the medians, and after / before as the median of the rounds' ratios.
+What it answers: did a change to the step's code (a loop moved onto the page, a layer swap made visible)
+cost step time.
 
 Batches are seeded random token ids over the vocabulary (`--dataset-path` reads a PretrainDataset's
 train windows instead): a step costs the same whatever the tokens are.
@@ -252,13 +253,17 @@ def before_and_after(args) -> None:
             print(f"round {round_ + 1}: before {seconds['before'][-1]:.3f} s/step, after {seconds['after'][-1]:.3f}",
                   file=sys.stderr)
     before, after = statistics.median(seconds["before"]), statistics.median(seconds["after"])
+    # Paired by round: the two runs of a round are back to back, so a slow spell of the machine (a run's
+    # seconds per step moved 0.13-0.34 between rounds on an idle 2-core VM) slows both alike.
+    paired = statistics.median(a / b for a, b in zip(seconds["after"], seconds["before"], strict=True))
     load = (load_before + os.getloadavg()[0]) / 2
     print(f"nano2 stage 0 training.py at {args.scale}, {steps} steps a run, {rounds} runs a side in turns, "
           f"load average ~{load:.1f} on {os.cpu_count()} cores")
     print(f"before ({args.before}) {before:.3f} s/step, after (this tree) {after:.3f} s/step (medians)")
+    print(f"after / before {paired:.3f} (the median of the {rounds} rounds' ratios)")
     print(json.dumps({"before": args.before, "scale": args.scale, "steps": steps, "rounds": rounds,
                       "before_seconds_per_step": seconds["before"], "after_seconds_per_step": seconds["after"],
-                      "load_average": round(load, 2), "after_over_before": after / before}))
+                      "load_average": round(load, 2), "after_over_before": paired}))
 
 
 def main() -> None:

@@ -8,10 +8,12 @@ front) as a user runs it, a whole process timed from start to exit, in three set
 under each policy: `spin` (NEMOTRON_CPU_POLICY=spin: libgomp's default spin-waiting, the previous
 behaviour) and `share` (the default of nemotron/cpu.py), and any extra environment given as NAME=VALUE
 (e.g. GOMP_SPINCOUNT=10000). It prints each time and the slowdowns two-at-once/alone and busy/alone
-per policy, and each policy's time alone against spin's (its idle speed). Goal (issue 39): both slowdowns
-within 2.5x, the idle speed unchanged. Each setting is repeated (`--repeats`) and the median kept; the
-1-minute load average before each measurement is printed beside it: other work on the machine skews
-every number, so run it on an idle machine.
+per policy, and each policy's idle speed against spin's: its time alone, and its training loop's own
+seconds per step alone (the artifact's `seconds_per_step`, without the process's start: at 40 steps the
+imports are half of a run). Goal (issue 39): both slowdowns within 2.5x, the idle speed unchanged. Each
+setting is repeated (`--repeats`), the policies in turn within each repeat so that a slow spell of the
+machine falls on all of them, and the median kept; the 1-minute load average before each measurement is
+printed beside it: other work on the machine skews every number, so run it on an idle machine.
 
     python benchmarks/bench_shared_cpu.py                       # 40 steps, spin vs share, 2 repeats
     python benchmarks/bench_shared_cpu.py --policies spin share GOMP_SPINCOUNT=10000 --repeats 3
@@ -77,8 +79,9 @@ def timed(processes: list[subprocess.Popen], started: float) -> list[float]:
     return seconds
 
 
-def measure(setting: str, dataset: Path, root: Path, steps: int, env: dict[str, str]) -> float:
-    """Seconds of one run (the mean of both in `two`) in `setting`: alone, two, busy."""
+def measure(setting: str, dataset: Path, root: Path, steps: int, env: dict[str, str]) -> tuple[float, float]:
+    """One measurement in `setting` (alone, two, busy): seconds from start to exit, and the training loop's own
+    seconds per step (its artifact's `seconds_per_step`); in `two`, the means of both runs."""
     busy = None
     if setting == "busy":
         core = min(os.sched_getaffinity(0))
@@ -87,12 +90,15 @@ def measure(setting: str, dataset: Path, root: Path, steps: int, env: dict[str, 
     try:
         started = time.perf_counter()
         count = 2 if setting == "two" else 1
-        runs = [start(dataset, Path(tempfile.mkdtemp(dir=root)), steps, env) for _ in range(count)]
-        return statistics.mean(timed(runs, started))
+        outs = [Path(tempfile.mkdtemp(dir=root)) for _ in range(count)]
+        runs = [start(dataset, out, steps, env) for out in outs]
+        seconds = statistics.mean(timed(runs, started))
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
+    per_step = [json.loads((out / "metadata.json").read_text())["metrics"]["seconds_per_step"] for out in outs]
+    return seconds, statistics.mean(per_step)
 
 
 def main() -> None:
@@ -112,24 +118,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         dataset = curate(root, plays)
-        times: dict[str, dict[str, float]] = {}
+        times: dict[str, dict[str, float]] = {policy: {} for policy in args.policies}
+        per_step: dict[str, float] = {}  # each policy's loop seconds per step, alone
         print(f"{'policy':<24} {'setting':<8} {'seconds':>8}  {'runs (load average before each)'}")
-        for policy in args.policies:
-            env = environment(policy)
-            times[policy] = {}
-            for setting in ("alone", "two", "busy"):
-                runs = []
-                for _ in range(args.repeats):
+        for setting in ("alone", "two", "busy"):
+            # The policies in turn, repeat after repeat: a slow spell of the machine falls on all of them.
+            runs: dict[str, list[tuple[float, float, float]]] = {policy: [] for policy in args.policies}
+            for _ in range(args.repeats):
+                for policy in args.policies:
                     load = os.getloadavg()[0]
-                    runs.append((measure(setting, dataset, root, args.steps, env), load))
-                times[policy][setting] = statistics.median(seconds for seconds, _ in runs)
-                detail = ", ".join(f"{seconds:.1f} ({load:.2f})" for seconds, load in runs)
+                    runs[policy].append((*measure(setting, dataset, root, args.steps, environment(policy)), load))
+            for policy, done in runs.items():
+                times[policy][setting] = statistics.median(seconds for seconds, _, _ in done)
+                if setting == "alone":
+                    per_step[policy] = statistics.median(step for _, step, _ in done)
+                detail = ", ".join(f"{seconds:.1f} ({load:.2f})" for seconds, _, load in done)
                 print(f"{policy:<24} {setting:<8} {times[policy][setting]:>8.1f}  {detail}", flush=True)
         baseline = args.policies[0]
-        print(f"\n{'policy':<24} {'two/alone':>10} {'busy/alone':>11} {'alone vs ' + baseline:>16}")
+        print(f"\n{'policy':<24} {'two/alone':>10} {'busy/alone':>11} {'alone vs ' + baseline:>16} "
+              f"{'s/step alone':>13} {'step vs ' + baseline:>15}")
         for policy, seconds in times.items():
             two, busy = (seconds[setting] / seconds["alone"] for setting in ("two", "busy"))
-            print(f"{policy:<24} {two:>10.2f} {busy:>11.2f} {seconds['alone'] / times[baseline]['alone']:>16.2f}")
+            print(f"{policy:<24} {two:>10.2f} {busy:>11.2f} {seconds['alone'] / times[baseline]['alone']:>16.2f} "
+                  f"{per_step[policy]:>13.3f} {per_step[policy] / per_step[baseline]:>15.2f}")
         last = args.policies[-1]
         print(f"{last}: two at once / alone = {times[last]['two'] / times[last]['alone']:.2f}x")
 

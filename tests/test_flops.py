@@ -51,6 +51,7 @@ def test_nano2_tiny_is_the_count_the_readme_gives():
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # a benchmark's own run (~20 s each): make bench-check and CI run it
 def test_bench_mfu_quick_ends_with_its_figures_as_json():
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mfu.py"
     done = subprocess.run([sys.executable, str(bench), "--quick", "--device", "cpu", "--threads", "1"],
@@ -62,6 +63,7 @@ def test_bench_mfu_quick_ends_with_its_figures_as_json():
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # a benchmark's own run (~20 s each): make bench-check and CI run it
 def test_bench_mfu_says_a_sides_error_in_one_line(tmp_path):
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mfu.py"
     done = subprocess.run([sys.executable, str(bench), "--quick", "--device", "cpu", "--threads", "1",

@@ -30,18 +30,18 @@ from typing import Any
 # `--compile auto`'s break-even: optimizer steps of nano2 stage 0's step (its micro-batch of 8 windows at the
 # scale's length, AdamW, clipping) after which the compiled run, compile time included, is ahead; None: the
 # compiled step is no faster. Per (device, scale, torch threads); for a thread count not measured, the
-# nearest measured one. A cold compile cache (a user's first run). PRELIMINARY: measured 2026-12-01 (23:33 to
-# 00:00 UTC) on this project's shared 2-core x86-64 machine while other jobs ran (load average 6.6-8.4; fp32
-# matmul 48-58 GFLOP/s then, against 120-150 idle), with
+# nearest measured one. A cold compile cache (a user's first run). Measured 2026-12-02 (07:05 to 07:17 UTC) on
+# this project's 2-core x86-64 machine with nothing else running (load average 1.2-2.1, the benchmark's own
+# processes; fp32 matmul 79-81 GFLOP/s on one thread, 148-161 on two), with
 #     python benchmarks/bench_compile.py --scales tiny small --threads 1 2
-# which prints these rows (the comments are its figures); docs/performance.md has the table. To be re-measured
-# on a quiet machine. No GPU rows yet: CUDA runs stay eager under auto until `bench_compile.py --device cuda`
-# adds them (one of the commands for scripts/gpu_check.sh).
+# which prints these rows (the comments are its figures); docs/performance.md has the table. No GPU rows yet:
+# CUDA runs stay eager under auto until `bench_compile.py --device cuda` adds them (one of the commands for
+# scripts/gpu_check.sh).
 BREAK_EVEN: dict[tuple[str, str, int | None], int | None] = {
-    ("cpu", "tiny", 1): None,  # compile 118 s, 0.350 -> 0.413 s/step, load 6.7
-    ("cpu", "tiny", 2): None,  # compile 174 s, 0.387 -> 0.549 s/step, load 7.9
-    ("cpu", "small", 1): 89,  # compile 279 s, 9.098 -> 5.957 s/step, load 8.4
-    ("cpu", "small", 2): 1047,  # compile 262 s, 8.193 -> 7.943 s/step, load 6.6
+    ("cpu", "tiny", 1): 1749,  # compile 51 s, 0.278 -> 0.249 s/step, load 2.1
+    ("cpu", "tiny", 2): 1665,  # compile 50 s, 0.196 -> 0.166 s/step, load 1.5
+    ("cpu", "small", 1): 177,  # compile 119 s, 5.232 -> 4.558 s/step, load 1.2
+    ("cpu", "small", 2): 137,  # compile 124 s, 3.423 -> 2.516 s/step, load 1.5
 }
 
 
