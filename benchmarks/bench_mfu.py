@@ -220,7 +220,8 @@ def step_seconds(tree: Path, command: list[str], out: Path) -> float:
     done = subprocess.run([sys.executable, "-m", f"nemotron.recipes.nano2.stage0_pretrain.{command[0]}",
                            *command[1:], "--output-dir", str(out)], env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"error: {command[0]} from {tree} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        sys.exit(f"error: {command[0]} from {tree} exited {done.returncode}: {last}")
     return json.loads((out / "metadata.json").read_text())["metrics"].get("seconds_per_step") or 0.0
 
 
