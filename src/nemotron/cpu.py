@@ -35,18 +35,20 @@ from contextlib import contextmanager
 
 from nemotron.errors import NemotronError
 
-# The environment the default ("share") policy sets, only if the user has set no wait policy. Passive:
-# a waiting thread sleeps at once (libgomp's spin count 0). Measured (benchmarks/bench_shared_cpu.py, nano2
-# tiny stage 0, 20 steps, 2 cores shared with other helpers' tests at load average 5-9, noisy; 2026-11-28):
-#   policy                 alone    two at once / alone   beside a busy core / alone
-#   spin (libgomp default) 63.7 s         1.66x                  0.75x (load fell)
-#   PASSIVE                14.4 s         2.17x                  1.64x
-#   GOMP_SPINCOUNT=10000   20.2 s         2.43x                  2.27x
-# Repeated (spin vs PASSIVE): load 4-8: alone 45.1 vs 11.9 s, two 2.74x vs 2.19x, busy 1.88x vs 1.89x;
-# load 2-5: alone 30.8 vs 16.1 s, two 1.91x vs 1.35x, busy 1.66x vs 1.12x. On a loaded machine passive is
-# 2-4x faster than spin even "alone"; its cost on an idle machine (a futex wake per parallel op instead of
-# a spin) is not measured yet (no idle machine was available): re-run the benchmark on an idle one.
-POLICY = {"OMP_WAIT_POLICY": "PASSIVE"}
+# The environment the default ("share") policy sets, only if the user has set no wait policy: a waiting
+# thread polls 1,000 times (a few microseconds), then sleeps, where libgomp's default polls 300,000 times.
+# Measured on the idle 2-core machine (benchmarks/bench_shared_cpu.py, nano2 tiny stage 0, 40 steps, median
+# of 3 repeats, the policies in turn; 2026-12-01; the loop's own s/step alone, against spin's):
+#   policy                      two at once / alone   beside a busy core / alone   loop alone vs spin
+#   spin (libgomp default)             2.43x                  1.80x                     1.00
+#   OMP_WAIT_POLICY=PASSIVE            1.19x                  1.17x                     1.27
+#   GOMP_SPINCOUNT=1000                1.30x                  1.37x                     1.09
+#   GOMP_SPINCOUNT=10000               1.85x                  1.76x                     1.09
+# Passive (sleep at once, the previous default) shares best but pays a futex wake per parallel op alone;
+# a spin count of 1,000 meets both 2.5x goals of issue 39 and costs least alone. On a loaded machine (load
+# 4-9, 2026-11-28) spin was 2-4x slower than passive even "alone". Confirmed 2026-12-03 (idle, a faster
+# machine): 1,000 two 1.40x, busy 1.35x, loop alone 0.97x spin's. docs/performance.md keeps every run.
+POLICY = {"GOMP_SPINCOUNT": "1000"}
 WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 POLICIES = ("share", "spin")
 
@@ -91,10 +93,10 @@ def torch_threads(num_threads: int | None = None, processes_here: int | None = N
     this machine (torchrun's LOCAL_WORLD_SIZE), at least one. Measured on an idle 2-core machine
     (benchmarks/bench_compute_policy.py, nano2 tiny stage-0 step): 1 process x 2 threads trains 1.5x
     faster than 1 x 1, and 2 processes x 1 thread (DDP) is no faster than 1 x 2, so one process using
-    every core is the default layout. Beside other work the threads no longer spin-wait for descheduled
-    siblings (`apply_cpu_policy` sleeps them), so the layout stays. Results are bitwise reproducible for a
-    fixed thread count (measured for the tiny model with 1 and 2 threads too, but not guaranteed: another
-    count can split a reduction differently), so keep the count fixed when comparing runs.
+    every core is the default layout. Beside other work the threads no longer spin long for descheduled
+    siblings (`apply_cpu_policy` sleeps them after a short spin), so the layout stays. Results are bitwise
+    reproducible for a fixed thread count (measured for the tiny model with 1 and 2 threads too, but not
+    guaranteed: another count can split a reduction differently), so keep the count fixed when comparing runs.
     """
     if num_threads is not None:
         if num_threads < 1:
