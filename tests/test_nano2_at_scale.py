@@ -23,11 +23,13 @@ CLUSTER = ["--data-root", "s3://bucket/prefix", "--nodes", "4", "--gpus-per-node
 
 @pytest.mark.slow
 def test_full_scale_dry_run_prints_a_complete_plan_for_every_stage(tmp_path):
-    # The user's own blend (two plays: curating all of Shakespeare is test_nano2_stage0_data's job).
+    # The user's own blend (two plays: curating all of Shakespeare is test_nano2_stage0_data's job), and
+    # tiny's 2,500 skill problems instead of full's 100,000 (25 of this test's 40 s went to making them).
     blend = write_plays_blend(tmp_path, {"hamlet", "macbeth"}, [0.8, 0.1, 0.1])
     out = tmp_path / "nano2"
     result = subprocess.run([*RECIPE, "--scale", "full", "--dry-run", *CLUSTER, "--output-dir", str(out),
-                             "--stage0.data-curation.blend-path", str(blend)],
+                             "--stage0.data-curation.blend-path", str(blend),
+                             "--stage1.data-curation.skill-problems", "2500"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     printed = json.loads(result.stdout)
