@@ -51,7 +51,7 @@ def gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def assert_same_gradients(actual: dict, expected: dict) -> None:
     """Equal to float32 rounding. The two sides sum the same terms in another order (a batched pass against
     one pass per example), so an element's error scales with the largest gradient of its tensor, not with
-    the element: an embedding row of -0.00203 against a largest entry of 2.0 differed by 1.6e-6 on an AMD
+    the element: an embedding entry of -0.00203 against a largest entry of 2.0 differed by 1.6e-6 on an AMD
     EPYC machine, 8e-4 of itself. A wrong gradient is off by a share of the largest entry, far above this."""
     for name, grad in actual.items():
         assert torch.isfinite(grad).all(), name

@@ -38,16 +38,17 @@ from nemotron.errors import NemotronError
 # The environment the default ("share") policy sets, only if the user has set no wait policy: a waiting
 # thread polls 1,000 times (a few microseconds), then sleeps, where libgomp's default polls 300,000 times.
 # Measured on the idle 2-core machine (benchmarks/bench_shared_cpu.py, nano2 tiny stage 0, 40 steps, median
-# of 3 repeats, the policies in turn; 2026-12-01; the loop's own s/step alone, against spin's):
+# of 3 repeats, the policies in turn; 2026-12-02; the loop's own s/step alone, against spin's):
 #   policy                      two at once / alone   beside a busy core / alone   loop alone vs spin
 #   spin (libgomp default)             2.43x                  1.80x                     1.00
 #   OMP_WAIT_POLICY=PASSIVE            1.19x                  1.17x                     1.27
 #   GOMP_SPINCOUNT=1000                1.30x                  1.37x                     1.09
 #   GOMP_SPINCOUNT=10000               1.85x                  1.76x                     1.09
 # Passive (sleep at once, the previous default) shares best but pays a futex wake per parallel op alone;
-# a spin count of 1,000 meets both 2.5x goals of issue 39 and costs least alone. On a loaded machine (load
-# 4-9, 2026-11-28) spin was 2-4x slower than passive even "alone". Confirmed 2026-12-03 (idle, a faster
-# machine): 1,000 two 1.40x, busy 1.35x, loop alone 0.97x spin's. docs/performance.md keeps every run.
+# a spin count of 1,000 meets both 2.5x goals of issue 39 and shares better than 10,000 at the same cost.
+# On a loaded machine (load 4-9, 2026-11-28) spin was 2-4x slower than passive even "alone". Confirmed
+# 2026-12-03 (idle, a faster machine): 1,000 two 1.40x, busy 1.35x, loop alone 0.97x spin's.
+# docs/performance.md keeps every run.
 POLICY = {"GOMP_SPINCOUNT": "1000"}
 WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 POLICIES = ("share", "spin")
