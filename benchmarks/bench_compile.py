@@ -46,9 +46,10 @@ def measure(kind: str, scale: str, threads: int, steps: int, device_name: str, q
     """In a child process: time `WARMUP` + `steps` steps of the recipe's stage-0 step, eager or compiled."""
     # imported here: the parent only starts children, and skips the seconds of importing torch
     import torch
-    from bench_mfu import MATMUL_SIZE, VOCAB, matmul_peak, recipe_step, synchronize
+    from bench_mfu import MATMUL_SIZE, VOCAB, recipe_step, synchronize
 
     from nemotron.models.device import pick_device
+    from nemotron.models.flops import matmul_peak
     from nemotron.models.nano2 import build_config
     from nemotron.recipes.nano2.stage0_pretrain.training import SEQ_LEN
     from nemotron.training.run import seed_everything

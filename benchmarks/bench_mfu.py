@@ -73,7 +73,7 @@ from transformers.utils import logging as hf_logging
 
 from nemotron.cpu import torch_threads
 from nemotron.models.device import pick_device
-from nemotron.models.flops import training_flops
+from nemotron.models.flops import matmul_peak, training_flops
 from nemotron.models.mamba2 import use_training_scan
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.stage0_pretrain import training
@@ -85,19 +85,6 @@ from nemotron.training.run import seed_everything
 
 VOCAB = {"tiny": 4096, "small": 8192, "medium": 32768}
 MATMUL_SIZE = {"cpu": 2048, "cuda": 8192}
-
-
-def matmul_peak(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
-    """The best FLOP/s of `repeats` products of two (size x size) matrices (after one warm-up)."""
-    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
-    best = float("inf")
-    for _ in range(repeats + 1):
-        synchronize(device)
-        started = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
 
 
 def synchronize(device: torch.device) -> None:

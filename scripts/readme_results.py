@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,23 +51,15 @@ BLOCK = re.compile(r"<!-- results:(?P<name>\w+) \(scripts/readme_results\.py wri
 
 def matmul_gflops() -> float:
     """This machine's fp32 matmul speed (2048 x 2048, the torch threads a step would use), in GFLOP/s: the
-    best of five timings of 20 products (a process's first timing ran 108-153 where the later ones ran
-    169-182 on the same idle machine)."""
+    best of 20 products, as bench_mfu.py measures the peak (a process's first 20 products together ran
+    108-153 where later ones ran 169-182 on the same idle machine)."""
     import torch
 
     from nemotron.cpu import torch_threads
+    from nemotron.models.flops import matmul_peak
 
     torch.set_num_threads(torch_threads())
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    for _ in range(3):
-        a @ b
-    best, repeats = float("inf"), 20
-    for _ in range(5):
-        started = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        best = min(best, time.perf_counter() - started)
-    return 2 * 2048**3 * repeats / best / 1e9
+    return matmul_peak(torch.device("cpu"), torch.float32, 2048, repeats=20) / 1e9
 
 
 def expected_data(recipe: str, run: Path) -> dict:

@@ -34,6 +34,7 @@ At nano2 tiny (seq_len 256): 939,648 matmul weights -> 5.64 M, attention 0.39 M,
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,22 @@ class TrainingFlops:
     @property
     def per_token(self) -> float:
         return self.matmul + self.attention + self.mamba_scan
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int, repeats: int) -> float:
+    """The best FLOP/s of `repeats` products of two (size x size) matrices (after one warm-up): the
+    denominator of MFU as measured on this device (a process's first products run slow, hence the best)."""
+    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+    best = float("inf")
+    for _ in range(repeats + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best
 
 
 def matmul_weights(model: nn.Module) -> float:
