@@ -186,7 +186,7 @@ def main() -> int:
 
         # Another kind of machine can round the float steps differently: the golden file's commit, run here.
         reference = reference_run(args.golden, Path(temp) / "reference")
-        if reference is not None and all(record(reference / step.split("/")[-1])["digest"] == rec["digest"]
+        if reference is not None and all(load_any(reference / step.split("/")[-1]).digest == rec["digest"]
                                          for step, rec in now.items()):
             print(f"repro: the golden file's commit makes these same digests on this machine ({machine_kind()}; "
                   f"the golden file's: {document.get('machine', 'not recorded')}): the machine moved them, not "
