@@ -39,11 +39,15 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2
 
+# One pytest-xdist worker per core, at most four (each test may start processes of its own); a module's
+# tests stay in one worker (--dist loadfile), so its fixtures are made once (tests/runs.py: the recipe runs too).
+XDIST  := -n auto --maxprocesses 4 --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not bench"
+	$(PY) -m pytest -q -m "not bench" $(XDIST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not bench"
+	$(PY) -m pytest -q -m "not slow and not bench" $(XDIST)
 
 bench-check: $(STAMP)
 	$(PY) -m pytest -q -m bench

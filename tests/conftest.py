@@ -52,8 +52,8 @@ def pytest_collection_finish(session):
         start_recipe_runs(session.items, session.config._tmp_path_factory)
 
 
-def pytest_sessionfinish(session):
-    RECIPE_RUNS.stop()
+def pytest_sessionfinish(session, exitstatus):
+    RECIPE_RUNS.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop)
 
 
 @pytest.fixture(autouse=True)

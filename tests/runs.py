@@ -2,16 +2,19 @@
 
 Whole recipes:
 
-A whole tiny recipe takes minutes on 2 cores (nano2 about 1.5, nano3 about 3), so the suite runs each at
-most once. The runs start in the background as soon as collection ends (`start_recipe_runs`, called by
-conftest.py for the recipes the selected tests need), one after another, on one core and at a lower CPU
-priority (`nice`), so they use the cycles the rest of the suite leaves idle (most tests keep one core
-busy, not two); their tests run last (conftest.py's order) and wait for them. One core, because the
-steps take their torch threads from the cores they may use (`nemotron.cpu.allowed_cores`): one thread never
-waits for a descheduled sibling, where two threads of a niced process spin at every barrier (measured:
-the nano2 run took 10.5 min beside the suite with two threads, against 1.5 min alone). So the runs are
-the user's command as `taskset -c N` would run it: the same steps and claims, rounded as one thread
-rounds (the bytes of a run are reproducible for a given thread count, not across counts).
+A whole tiny recipe takes minutes on 2 cores (nano2 about 2.5, nano3 about 6 on one core), so the suite runs
+each at most once. The runs start in the background as soon as collection ends (`start_recipe_runs`, called
+by conftest.py for the recipes the selected tests need), one after another, on one core, so the rest of the
+suite runs beside them; their tests run last (conftest.py's order) and wait for them. One core, because the
+steps take their torch threads from the cores they may use (`nemotron.cpu.allowed_cores`): the runs are the
+user's command as `taskset -c N` would run it, the same steps and claims, rounded as one thread rounds (the
+bytes of a run are reproducible for a given thread count, not across counts).
+
+`make test` runs the suite in pytest-xdist workers, one per core (`-n auto --dist loadfile`: a module's
+tests stay in one worker, so its fixtures are made once). The runs are still made once: the first worker to claim
+`recipe-runs.owner` in the folder all workers share makes them and writes each one's outcome beside it
+(`<recipe>_run.json`); a test in another worker waits for that file. The owner's session waits for its runs
+to end before it ends (another worker may still need them), unless the session was interrupted.
 
     def test_something(nano2_run):          # or nano3_run
         nano2_run.out                       # the --output-dir folder, as the user would have it
@@ -101,43 +104,58 @@ class RecipeRun:
 
 RECIPES = ("nano2", "nano3")  # the whole runs below, in the order the background starts them
 RECIPE_FIXTURES = {f"{recipe}_run": recipe for recipe in RECIPES}  # the fixture a test asks for: its recipe
-NICENESS = 10  # CFS weight 110 against the suite's 1024: the runs take what the tests leave idle
+WAIT_SECONDS = 2400  # longest a test waits for a run another worker makes (both runs on a loaded core: ~15 min)
 
 
 class RecipeRuns:
     """The session's whole recipe runs, made one after another in a background thread.
 
-    `start` is called once collection knows which runs the selected tests need; `get` waits for one (and
-    makes it in the foreground, at normal priority, if it was never started). Each run is the user's
-    command in its own subprocess; the thread only waits on it. `stop` kills what is still running when
-    the session ends early (a failure with -x, Ctrl-C), so no recipe outlives the suite."""
+    `start` is called once collection knows which runs the selected tests need; in the process that claims
+    the shared folder it makes them. `get` waits for one: this process's own, another worker's (its outcome
+    file), or, if none was started, one made here in the foreground. Each run is the user's command in its
+    own subprocess; the thread only waits on it. `finish` ends the session's runs: it waits for them, or on
+    an interrupted session (Ctrl-C, -x) kills them, so no recipe outlives the suite."""
 
     def __init__(self):
         self.results: dict[str, Future] = {}
         self.processes: list[subprocess.Popen] = []
+        self.shared: Path | None = None  # where another worker's runs leave their outcome files
+        self.thread: threading.Thread | None = None
         self.stopped = False
 
-    def start(self, recipes: list[str], folders: dict[str, Path]) -> None:
+    def start(self, recipes: list[str], shared: Path) -> None:
+        self.shared = shared
+        try:  # one process per session makes the runs: the first to create this file
+            os.close(os.open(shared / "recipe-runs.owner", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
         for recipe in recipes:
             self.results[recipe] = Future()
-        thread = threading.Thread(target=self._make_all, args=(recipes, folders), daemon=True,
-                                  name="recipe-runs")
-        thread.start()
+        self.thread = threading.Thread(target=self._make_all, args=(recipes,), daemon=True, name="recipe-runs")
+        self.thread.start()
 
-    def _make_all(self, recipes: list[str], folders: dict[str, Path]) -> None:
+    def _make_all(self, recipes: list[str]) -> None:
         for recipe in recipes:
+            out = self.shared / f"{recipe}_run"
+            out.mkdir()
             try:
-                self.results[recipe].set_result(self._make(recipe, folders[recipe], NICENESS))
-            except BaseException as error:  # reported to the test that asks for this run
+                made = self._make(recipe, out, background=True)
+                outcome = {"out": str(made.out), "report_text": made.report_text, **vars(made.first)}
+                self.results[recipe].set_result(made)
+            except BaseException as error:  # reported to the test that asks for this run, in any worker
+                outcome = {"error": f"the {recipe} run could not be made: {error!r}"}
                 self.results[recipe].set_exception(error)
+            written = self.shared / f"{recipe}_run.json.partial"
+            written.write_text(json.dumps(outcome))
+            written.rename(self.shared / f"{recipe}_run.json")  # whole, or not there
 
-    def _make(self, recipe: str, out: Path, niceness: int) -> RecipeRun:
+    def _make(self, recipe: str, out: Path, background: bool) -> RecipeRun:
         started = time.perf_counter()
         if self.stopped:
             raise RuntimeError("the test session ended before this run started")
         process = subprocess.Popen(
             recipe_command(recipe, out), cwd=out, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, preexec_fn=(lambda: in_the_background(niceness)) if niceness else None,
+            stderr=subprocess.PIPE, text=True, preexec_fn=in_the_background if background else None,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
         self.processes.append(process)
         try:
@@ -149,26 +167,41 @@ class RecipeRuns:
         report = out / "report" / "report.md"
         return RecipeRun(out=out, first=first, report_text=report.read_text() if report.exists() else "")
 
+    def _wait_for_another_worker(self, recipe: str) -> RecipeRun:
+        outcome_file, waited = self.shared / f"{recipe}_run.json", time.monotonic()
+        while not outcome_file.exists():
+            if time.monotonic() - waited > WAIT_SECONDS:
+                pytest.fail(f"no {recipe} run after {WAIT_SECONDS} s: the worker that makes it (the one that "
+                            f"created {self.shared / 'recipe-runs.owner'}) ended or hangs")
+            time.sleep(1)
+        outcome = json.loads(outcome_file.read_text())
+        if "error" in outcome:
+            pytest.fail(outcome["error"])
+        return RecipeRun(out=Path(outcome.pop("out")), report_text=outcome.pop("report_text"), first=Run(**outcome))
+
     def get(self, recipe: str, tmp_path_factory) -> RecipeRun:
         if recipe in self.results:
             made = self.results[recipe].result()
+        elif self.shared is not None and not self.results:  # another worker claimed the runs
+            made = self._wait_for_another_worker(recipe)
         else:  # not started with the session (a plugin or hook missing): made here, in the foreground
-            made = self._make(recipe, tmp_path_factory.mktemp(f"{recipe}_run"), 0)
+            made = self._make(recipe, tmp_path_factory.mktemp(f"{recipe}_run"), background=False)
         if made.first.returncode != 0:
             pytest.fail(f"the {recipe} recipe failed (exit {made.first.returncode}):\n{made.first.stderr[-3000:]}")
         return made
 
-    def stop(self) -> None:
+    def finish(self, interrupted: bool) -> None:
+        if self.thread is not None and not interrupted:
+            self.thread.join()  # another worker may be waiting for a run this one makes
         self.stopped = True
         for process in self.processes:
             if process.poll() is None:
                 process.kill()
 
 
-def in_the_background(niceness: int) -> None:
-    """In the child before exec: a lower priority, the last core this process may use (one thread), and
-    death with pytest: a suite killed outright (SIGTERM, SIGKILL: no `stop`) leaves no recipe running on."""
-    os.nice(niceness)
+def in_the_background() -> None:
+    """In the child before exec: the last core this process may use (one thread), and death with pytest: a
+    suite killed outright (SIGTERM, SIGKILL: no `finish`) leaves no recipe running on."""
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # Linux: sent when the thread that forked it ends
 
@@ -180,11 +213,14 @@ RECIPE_RUNS = RecipeRuns()
 
 
 def start_recipe_runs(items, tmp_path_factory) -> None:
-    """Start, in the background, the whole runs that the selected test items ask for (none for test-fast)."""
+    """Start, in the background, the whole runs that the selected test items ask for (none for test-fast).
+    Under pytest-xdist every worker calls this; the folder above each worker's basetemp is the one they
+    share (without xdist, basetemp itself)."""
     asked = {name for item in items for name in getattr(item, "fixturenames", ())}
     needed = [recipe for fixture, recipe in RECIPE_FIXTURES.items() if fixture in asked]
     if needed:
-        RECIPE_RUNS.start(needed, {recipe: tmp_path_factory.mktemp(f"{recipe}_run") for recipe in needed})
+        basetemp = tmp_path_factory.getbasetemp()
+        RECIPE_RUNS.start(needed, basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp)
 
 
 @pytest.fixture(scope="session")

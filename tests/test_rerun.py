@@ -30,7 +30,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 def on_one_core(command: list[str], cwd: Path, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=cwd, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: in_the_background(0), **kwargs)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=in_the_background, **kwargs)
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
