@@ -4,17 +4,18 @@ Whole recipes:
 
 A whole tiny recipe takes minutes on 2 cores (nano2 about 2.5, nano3 about 6 on one core), so the suite runs
 each at most once. The runs start in the background as soon as collection ends (`start_recipe_runs`, called
-by conftest.py for the recipes the selected tests need), one after another, on one core, so the rest of the
-suite runs beside them; their tests run last (conftest.py's order) and wait for them. One core, because the
-steps take their torch threads from the cores they may use (`nemotron.cpu.allowed_cores`): the runs are the
-user's command as `taskset -c N` would run it, the same steps and claims, rounded as one thread rounds (the
-bytes of a run are reproducible for a given thread count, not across counts).
+by conftest.py for the recipes the selected tests need), one after another, on one core and ahead of the
+rest of the suite, which runs beside them at a lower priority (they are its longest path); their tests run
+last (conftest.py's order) and wait for them. One core, because the steps take their torch threads from the
+cores they may use (`nemotron.cpu.allowed_cores`): the runs are the user's command as `taskset -c N` would
+run it, the same steps and claims, rounded as one thread rounds (the bytes of a run are reproducible for a
+given thread count, not across counts).
 
 `make test` runs the suite in pytest-xdist workers, one per core (`-n auto --dist loadfile`: a module's
-tests stay in one worker, so its fixtures are made once). The runs are still made once: the first worker to claim
-`recipe-runs.owner` in the folder all workers share makes them and writes each one's outcome beside it
-(`<recipe>_run.json`); a test in another worker waits for that file. The owner's session waits for its runs
-to end before it ends (another worker may still need them), unless the session was interrupted.
+tests stay in one worker, so its fixtures are made once). The runs are still made once: the first worker
+to claim `recipe-runs.owner` in the folder all workers share makes them and writes each one's outcome
+beside it (`<recipe>_run.json`); a test in another worker waits for that file. The owner's session waits
+for its runs to end before it ends (another worker may still need them), unless it was interrupted.
 
     def test_something(nano2_run):          # or nano3_run
         nano2_run.out                       # the --output-dir folder, as the user would have it
@@ -104,6 +105,7 @@ class RecipeRun:
 
 RECIPES = ("nano2", "nano3")  # the whole runs below, in the order the background starts them
 RECIPE_FIXTURES = {f"{recipe}_run": recipe for recipe in RECIPES}  # the fixture a test asks for: its recipe
+FOREGROUND_NICENESS = 5  # CFS weight 335 against the runs' 1024: the runs keep a core, the tests share the rest
 WAIT_SECONDS = 2400  # longest a test waits for a run another worker makes (both runs on a loaded core: ~15 min)
 
 
@@ -221,6 +223,10 @@ def start_recipe_runs(items, tmp_path_factory) -> None:
     if needed:
         basetemp = tmp_path_factory.getbasetemp()
         RECIPE_RUNS.start(needed, basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp)
+        # The runs are the suite's longest path (nano2 then nano3, ~10 min of one core), so they go first: this
+        # thread, and what it starts from now on (the tests, their subprocesses, torch's threads), runs at a
+        # lower priority. Linux keeps a nice value per thread, and the runs' thread was started above, at 0.
+        os.nice(FOREGROUND_NICENESS)
 
 
 @pytest.fixture(scope="session")
