@@ -34,7 +34,8 @@ def pytest_collection_modifyitems(items):
     (runs.py) have the whole suite's idle cycles to finish in.
 
     Whole modules move, never single tests, so a module's fixtures are still made once; the order inside
-    a module and among the moved modules stays as written (alphabetical by file)."""
+    a module and among the moved modules stays as written (alphabetical by file). Under pytest-xdist
+    (`make test`) this is the order inside a worker's share only: xdist hands out the largest modules first."""
     all_slow: dict[object, bool] = {}
     reads_a_recipe: dict[object, bool] = {}
     for item in items:
