@@ -138,9 +138,9 @@ class RecipeRuns:
 
     def _make_all(self, recipes: list[str]) -> None:
         for recipe in recipes:
-            out = self.shared / f"{recipe}_run"
-            out.mkdir()
             try:
+                out = self.shared / f"{recipe}_run"
+                out.mkdir()
                 made = self._make(recipe, out, background=True)
                 outcome = {"out": str(made.out), "report_text": made.report_text, **vars(made.first)}
                 self.results[recipe].set_result(made)
