@@ -43,7 +43,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,33 +105,32 @@ class RecipeRun:
 RECIPES = ("nano2", "nano3")  # the whole runs below, in the order the background starts them
 RECIPE_FIXTURES = {f"{recipe}_run": recipe for recipe in RECIPES}  # the fixture a test asks for: its recipe
 FOREGROUND_NICENESS = 5  # CFS weight 335 against the runs' 1024: the runs keep a core, the tests share the rest
-WAIT_SECONDS = 2400  # longest a test waits for a run another worker makes (both runs on a loaded core: ~15 min)
+WAIT_SECONDS = 2400  # longest a test waits for a run (both runs, one after another, on a loaded core: ~15 min)
 
 
 class RecipeRuns:
     """The session's whole recipe runs, made one after another in a background thread.
 
     `start` is called once collection knows which runs the selected tests need; in the process that claims
-    the shared folder it makes them. `get` waits for one: this process's own, another worker's (its outcome
-    file), or, if none was started, one made here in the foreground. Each run is the user's command in its
+    the shared folder it makes them, and each run leaves its outcome file there. `get` waits for that file,
+    in whichever process made the run, or, for a run not started with the session, makes one here in the
+    foreground. Each run is the user's command in its
     own subprocess; the thread only waits on it. `finish` ends the session's runs: it waits for them, or on
     an interrupted session (Ctrl-C, -x) kills them, so no recipe outlives the suite."""
 
     def __init__(self):
-        self.results: dict[str, Future] = {}
+        self.started: list[str] = []  # the runs the session asked for, whichever process makes them
         self.processes: list[subprocess.Popen] = []
-        self.shared: Path | None = None  # where another worker's runs leave their outcome files
+        self.shared: Path | None = None  # where the runs leave their outcome files
         self.thread: threading.Thread | None = None
         self.stopped = False
 
     def start(self, recipes: list[str], shared: Path) -> None:
-        self.shared = shared
+        self.shared, self.started = shared, recipes
         try:  # one process per session makes the runs: the first to create this file
             os.close(os.open(shared / "recipe-runs.owner", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
-        for recipe in recipes:
-            self.results[recipe] = Future()
         self.thread = threading.Thread(target=self._make_all, args=(recipes,), daemon=True, name="recipe-runs")
         self.thread.start()
 
@@ -143,10 +141,8 @@ class RecipeRuns:
                 out.mkdir()
                 made = self._make(recipe, out, background=True)
                 outcome = {"out": str(made.out), "report_text": made.report_text, **vars(made.first)}
-                self.results[recipe].set_result(made)
             except BaseException as error:  # reported to the test that asks for this run, in any worker
                 outcome = {"error": f"the {recipe} run could not be made: {error!r}"}
-                self.results[recipe].set_exception(error)
             written = self.shared / f"{recipe}_run.json.partial"
             written.write_text(json.dumps(outcome))
             written.rename(self.shared / f"{recipe}_run.json")  # whole, or not there
@@ -169,11 +165,11 @@ class RecipeRuns:
         report = out / "report" / "report.md"
         return RecipeRun(out=out, first=first, report_text=report.read_text() if report.exists() else "")
 
-    def _wait_for_another_worker(self, recipe: str) -> RecipeRun:
+    def _wait_for_outcome(self, recipe: str) -> RecipeRun:
         outcome_file, waited = self.shared / f"{recipe}_run.json", time.monotonic()
         while not outcome_file.exists():
             if time.monotonic() - waited > WAIT_SECONDS:
-                pytest.fail(f"no {recipe} run after {WAIT_SECONDS} s: the worker that makes it (the one that "
+                pytest.fail(f"no {recipe} run after {WAIT_SECONDS} s: the process that makes it (the one that "
                             f"created {self.shared / 'recipe-runs.owner'}) ended or hangs")
             time.sleep(1)
         outcome = json.loads(outcome_file.read_text())
@@ -182,10 +178,8 @@ class RecipeRuns:
         return RecipeRun(out=Path(outcome.pop("out")), report_text=outcome.pop("report_text"), first=Run(**outcome))
 
     def get(self, recipe: str, tmp_path_factory) -> RecipeRun:
-        if recipe in self.results:
-            made = self.results[recipe].result()
-        elif self.shared is not None and not self.results:  # another worker claimed the runs
-            made = self._wait_for_another_worker(recipe)
+        if recipe in self.started:
+            made = self._wait_for_outcome(recipe)
         else:  # not started with the session (a plugin or hook missing): made here, in the foreground
             made = self._make(recipe, tmp_path_factory.mktemp(f"{recipe}_run"), background=False)
         if made.first.returncode != 0:
