@@ -125,7 +125,8 @@ def render(name: str, data: dict) -> str:
                  "| share of the default | passes | steps | " + " | ".join(data["columns"]) + " |",
                  "|---|---|---|" + "---|" * len(data["columns"])]
         for point in data["points"]:
-            lines.append(f"| {point['fraction']:g} | {point['epochs']:g} | {point['steps']} | " +
+            cut = " (--patience stopped it)" if point.get("stopped_early") else ""  # older curves lack the key
+            lines.append(f"| {point['fraction']:g} | {point['epochs']:g} | {point['steps']}{cut} | " +
                          " | ".join(point["cells"]) + " |")
         return "\n".join(lines) + "\n"
     if name == "dpo_variants":

@@ -63,3 +63,16 @@ def test_a_block_drawn_from_other_data_fails_the_check():
     assert readme_results.render("lessons", {**data, "date": "2026-12-02"}) != drawn
     assert FIGURE.findall("gains 0.08 and took 113 s, 35% more") == ["0.08", "113", "35%"]
     assert FIGURE.findall("stage 1 and stage0 with --seed 2") == []
+
+
+def test_a_curve_point_that_patience_cut_short_says_so():
+    """bench_sft_length records `stopped_early`; the drawn table marks such a point (its steps are not what its
+    passes ask), and a curve stored before the key existed draws as it did."""
+    point = {"fraction": 0.8, "epochs": 10.4, "steps": 940, "value": 0.54, "standard_error": 0.05,
+             "cells": ["+0.540 ± 0.050"]}
+    data = {"date": "2026-12-03", "seed": 0, "default_epochs": 13.0, "measure": "m", "columns": ["the lesson"],
+            "points": [{**point, "stopped_early": True}]}
+    assert "| 0.8 | 10.4 | 940 (--patience stopped it) | +0.540 ± 0.050 |" in readme_results.render("sft_length", data)
+    for older in ({**point, "stopped_early": False}, point):
+        drawn = readme_results.render("sft_length", {**data, "points": [older]})
+        assert "| 0.8 | 10.4 | 940 | +0.540 ± 0.050 |" in drawn and "patience" not in drawn
