@@ -114,9 +114,9 @@ class RecipeRuns:
     `start` is called once collection knows which runs the selected tests need; in the process that claims
     the shared folder it makes them, and each run leaves its outcome file there. `get` waits for that file,
     in whichever process made the run, or, for a run not started with the session, makes one here in the
-    foreground. Each run is the user's command in its
-    own subprocess; the thread only waits on it. `finish` ends the session's runs: it waits for them, or on
-    an interrupted session (Ctrl-C, -x) kills them, so no recipe outlives the suite."""
+    foreground. Each run is the user's command in its own subprocess; the thread only waits on it. `finish`
+    ends the session's runs: it waits for them, or on an interrupted session (Ctrl-C, -x) kills them, so no
+    recipe outlives the suite."""
 
     def __init__(self):
         self.started: list[str] = []  # the runs the session asked for, whichever process makes them
