@@ -11,6 +11,7 @@ import io
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -252,6 +253,32 @@ def _checkpoint_with_tokenizer(root: Path, vocab_size: int) -> PretrainCheckpoin
     (root / "metrics.jsonl").write_text('{"step": 1, "loss": 6.0}\n')
     return PretrainCheckpoint(path=root, model_dir=model_dir, metrics_path=root / "metrics.jsonl",
                               training_loss=6.0, validation_loss=None, steps=1).save()
+
+
+def test_patience_anneals_the_rate_to_its_floor_then_ends_the_run_and_a_resume_ends_it_there(dataset, tmp_path):
+    """--patience 2, validating every 2 steps of 20: at lr 1e-12 no weight moves (below float32's rounding),
+    so the validation loss never beats its first value, and patience fires at step 6. The run then anneals
+    over the next 20% of its steps (4) and ends at step 10; resumed from step 8, it ends at step 10 too."""
+    settings = dict(dataset_path=dataset.path, steps=20, eval_every=2, checkpoint_every=2, patience=2, lr=1e-12,
+                    micro_batch_size=2)
+    ended = main(Config(output_dir=tmp_path / "whole", **settings))
+    assert ended.steps == 10 and ended.metrics["stopped_early"] is True
+    records = read_metrics(ended.metrics_path)
+    assert [r["step"] for r in records] == list(range(1, 11))
+    lrs = [r["lr"] / 1e-12 for r in records]
+    start, floor = lrs[6], Config.min_lr_ratio  # step 7 keeps the rate the schedule gave it after step 6
+    assert start > 0.8 and lrs[6:] == pytest.approx([start + (floor - start) * k / 3 for k in range(4)])
+
+    # A run killed during the anneal (its last checkpoints, model and artifact gone) resumes into the same end.
+    resumed_dir = tmp_path / "resumed"
+    main(Config(output_dir=resumed_dir, **settings))
+    for later in ("step_000010",):
+        shutil.rmtree(resumed_dir / "checkpoints" / later)
+    shutil.rmtree(resumed_dir / "model")
+    (resumed_dir / "metadata.json").unlink()
+    resumed = main(Config(output_dir=resumed_dir, **settings))
+    assert resumed.metrics["resumed_from_step"] == 8 and resumed.steps == 10
+    assert read_metrics(resumed.metrics_path) == records
 
 
 def test_refuses_a_checkpoint_without_chat_tokens(dataset, tmp_path):

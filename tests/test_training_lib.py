@@ -76,6 +76,41 @@ def test_the_cosine_schedule_rises_linearly_then_decays_to_the_floor():
     assert lrs[14] == lrs[15] == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("decay_fraction", [None, 0.2])
+def test_an_annealed_schedule_decays_linearly_from_where_it_was_to_the_floor_and_resumes_so(decay_fraction):
+    """What --patience does: from the step after `start` the rate falls linearly to the floor at `end`, from
+    the planned rate at `start` (no jump), whatever the schedule; a checkpoint's scheduler state keeps it."""
+    def scheduler_of(parameter):
+        optimizer = torch.optim.AdamW([parameter], lr=1.0)
+        return optimizer, lr_schedule(optimizer, warmup_steps=4, total_steps=40, min_lr_ratio=0.1,
+                                      decay_fraction=decay_fraction)
+
+    def rates(optimizer, scheduler, steps):
+        lrs = []
+        for _ in range(steps):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return lrs
+
+    optimizer, scheduler = scheduler_of(torch.nn.Parameter(torch.zeros(2)))
+    planned = rates(*scheduler_of(torch.nn.Parameter(torch.zeros(2))), 40)
+    lrs = rates(optimizer, scheduler, 12)  # steps 1..12 (lrs[i] is step i + 1's rate)
+    scheduler.lr_lambdas[0].anneal(12, 17)  # patience fired after step 12: the run ends at step 17
+    saved = scheduler.state_dict()
+    lrs += rates(optimizer, scheduler, 5)  # steps 13..17
+    assert lrs[:13] == pytest.approx(planned[:13])  # step 13 keeps the rate computed after step 12
+    start = planned[12]
+    assert lrs[12:] == pytest.approx([start + (0.1 - start) * k / 4 for k in range(5)])
+    assert lrs[-1] == pytest.approx(0.1) and start > 0.5  # the floor at the last step, from a high rate
+
+    # Resumed from the checkpoint taken after step 12: the same rates.
+    optimizer, scheduler = scheduler_of(torch.nn.Parameter(torch.zeros(2)))
+    scheduler.load_state_dict(saved)
+    optimizer.param_groups[0]["lr"] = scheduler.get_last_lr()[0]
+    assert rates(optimizer, scheduler, 5) == pytest.approx(lrs[12:])
+
+
 def test_schedule_rejects_warmup_longer_than_training():
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
     with pytest.raises(NemotronError, match="warmup_steps=20"):

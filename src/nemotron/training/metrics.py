@@ -95,6 +95,11 @@ class TrainingProgress:
         self._bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_second:,.0f}", refresh=False)
         return tokens_per_second
 
+    def end_at(self, total_steps: int) -> None:
+        """The run's last step moved (`--patience`): the bar now ends there."""
+        self._bar.total = total_steps
+        self._bar.refresh()
+
     def write(self, message: str) -> None:
         """Print a line to stderr above the bar without breaking it."""
         self._bar.write(message, file=sys.stderr)

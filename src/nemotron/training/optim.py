@@ -92,15 +92,31 @@ class WarmupCosine:
     """The LR multiplier at a step: linear warmup to 1, cosine down to `min_lr_ratio`, then flat.
 
     A callable object rather than a lambda so `LambdaLR.state_dict()` saves its settings with the
-    checkpoint (LambdaLR only stores objects, not functions).
+    checkpoint (LambdaLR only stores objects, not functions); `anneal` is saved the same way.
     """
 
     def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> None:
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr_ratio = min_lr_ratio
+        self.anneal_from: int | None = None  # set by `anneal`
+        self.anneal_to: int | None = None
+
+    def anneal(self, start: int, end: int) -> None:
+        """From the step after `start`, decay linearly from this schedule's multiplier at `start` to
+        `min_lr_ratio` at `end` (the run's new last step): what `--patience` does when the validation loss
+        stops improving, so a run it shortens still ends at a low rate, as a planned one does."""
+        self.anneal_from, self.anneal_to = start, end
 
     def __call__(self, step: int) -> float:
+        """The multiplier of the step after `step` optimizer steps (LambdaLR counts from 0)."""
+        if self.anneal_from is None or step <= self.anneal_from:
+            return self.planned(step)
+        start_ratio = self.planned(self.anneal_from)
+        progress = min(1.0, (step - self.anneal_from) / max(1, self.anneal_to - 1 - self.anneal_from))
+        return start_ratio + (self.min_lr_ratio - start_ratio) * progress
+
+    def planned(self, step: int) -> float:
         if step < self.warmup_steps:
             # (step + 1) / (warmup + 1): the first step already learns a little (nanoGPT's choice),
             # instead of a wasted step at lr = 0.
@@ -121,7 +137,7 @@ class WarmupStableDecay(WarmupCosine):
         super().__init__(warmup_steps, total_steps, min_lr_ratio)
         self.decay_steps = wsd_decay_steps(decay_fraction, total_steps)
 
-    def __call__(self, step: int) -> float:
+    def planned(self, step: int) -> float:
         if step < self.warmup_steps:
             return (step + 1) / (self.warmup_steps + 1)
         decay_start = self.total_steps - self.decay_steps

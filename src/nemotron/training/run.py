@@ -64,6 +64,7 @@ from nemotron.training.compilation import choose, compile_forward
 from nemotron.training.distributed import barrier, cleanup, setup_distributed, sum_over_ranks
 from nemotron.training.memory import check_trainable_here, keep_freed_memory
 from nemotron.training.metrics import MetricsLog, TrainingProgress
+from nemotron.training.optim import wsd_decay_steps
 
 A = TypeVar("A", bound=Artifact)
 
@@ -96,7 +97,8 @@ class LoopState:
     validation: dict[str, float] = field(default_factory=dict)  # the latest validation numbers
     best_val_loss: float | None = None  # the lowest validation loss so far
     evals_without_gain: int = 0  # validations in a row that did not beat it
-    stopped_early: bool = False  # the run ended before its planned steps (`--patience`)
+    stopped_early: bool = False  # `--patience` moved the run's last step before its planned one
+    last_step: int | None = None  # that step (the rate anneals to its floor on the way)
 
     @property
     def smoothed_loss(self) -> float:
@@ -188,8 +190,8 @@ class TrainingRun:
             check_same_run(saved["extra"]["run"], self.identity, latest)
             data.load_state_dict(saved["data_state"])
             self.state = LoopState(**saved["extra"]["loop"])
-            if self.state.stopped_early:  # the run had ended early: that step was its last
-                self.steps = self.state.step
+            if self.state.stopped_early:  # --patience had moved the last step (older checkpoints: to this one)
+                self.steps = self.state.last_step or self.state.step
         self._resumed_from = self.state.step
         if self.is_main:
             if self._compute_note:
@@ -228,10 +230,14 @@ class TrainingRun:
 
     def _count_patience(self, step: int, val_loss: float | None) -> None:
         """Early stopping (`--patience P`): after P validations in a row without a new best validation loss,
-        this step becomes the run's last (`stopped_early`), so the checkpoint saved now is final and a
-        re-run of the same command finds the run finished."""
+        the run anneals and ends. Stopping at once would leave the model of a rate still high (measured on
+        nano3's tiny SFT: exact match 0.54 and 0.85 where the same runs taken to their planned end gave 0.66
+        and 0.97), so the rate decays linearly to its floor over the next `decay_fraction` of the planned
+        steps (the length of a warmup-stable-decay run's decay), and that step becomes the last
+        (`stopped_early`; a re-run of the same command resumes into the same last step). When fewer steps
+        than that are left, the planned schedule already ends the run as low: nothing changes."""
         state, patience = self.state, getattr(self.config, "patience", None)
-        if not patience or not self.is_due(step, self.config.eval_every) or step >= self.steps:
+        if not patience or state.stopped_early or not self.is_due(step, self.config.eval_every) or step >= self.steps:
             return
         if val_loss is not None:  # a step may validate on rank 0 only (DPO): its verdict goes to every rank
             if state.best_val_loss is None or val_loss < state.best_val_loss:
@@ -241,15 +247,22 @@ class TrainingRun:
         stop = state.evals_without_gain >= patience
         if self.info.is_distributed:
             stop = sum_over_ranks(float(stop)) > 0
-        if stop:
-            state.stopped_early, self.steps = True, step
+        last = step + wsd_decay_steps(self.config.decay_fraction, self.steps)
+        if stop and last < self.steps:
+            scheduler = self._parts[2]
+            for schedule in scheduler.lr_lambdas:
+                schedule.anneal(step, last)
+            state.stopped_early, state.last_step, self.steps = True, last, last
             if self.is_main:
-                print(f"{self.name}: stopping at step {step}: the validation loss has not beaten its best "
-                      f"({state.best_val_loss:.4f}) for {patience} evaluations (--patience)", file=sys.stderr)
+                print(f"{self.name}: the validation loss has not beaten its best ({state.best_val_loss:.4f}) for "
+                      f"{patience} evaluations (--patience): the rate anneals to its floor over the next "
+                      f"{last - step} steps, and the run ends at step {last}", file=sys.stderr)
+                if self._progress is not None:
+                    self._progress.end_at(last)
 
     @property
     def stopped_early(self) -> bool:
-        """True once `--patience` has ended the run (the loop breaks)."""
+        """True once `--patience` has moved the run's last step (`steps`) before its planned one."""
         return self.state.stopped_early
 
     def checkpoint_if_due(self, step: int) -> None:

@@ -126,7 +126,8 @@ class OptimizerSettings:
     """Learning-rate schedule after the warmup: cosine decay, or warmup-stable-decay (constant, then a
     linear decay over the last --decay-fraction of the steps; nemotron.training.optim)."""
     decay_fraction: float = 0.2
-    """With --schedule wsd: the share of the steps over which the rate decays to lr x min_lr_ratio."""
+    """With --schedule wsd: the share of the steps over which the rate decays to lr x min_lr_ratio; with
+    --patience, the share of the planned steps a run anneals over before it ends early."""
 
 
 @dataclass
@@ -186,8 +187,10 @@ class ContinuedTrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchS
     """Passes over the training data, which set the steps unless --steps is given; default per scale (the
     step's EPOCHS says why)."""
     patience: int | None = 5
-    """Stop early when the validation loss has not improved on its best for this many evaluations in a
-    row (every --eval-every steps): the held-out loss decides when more passes stop helping. 0: never."""
+    """End early when the validation loss has not improved on its best for this many evaluations in a
+    row (every --eval-every steps): the held-out loss decides when more passes stop helping. The run does
+    not stop at once at a high rate: it anneals to its floor over the next --decay-fraction of its planned
+    steps, then ends (`TrainingRun`). 0: never."""
 
 
 @dataclass

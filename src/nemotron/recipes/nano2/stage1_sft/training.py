@@ -17,9 +17,9 @@ micro-batch or rank holds it: the loop says why); packed rows (`--layout packed`
 never crosses a conversation and attention stays inside it; the Mamba-2 state carries over, measured
 harmless at the `layout` field) or one chat per row (`--layout per_conversation`: exact, 3x slower);
 AdamW, warmup then cosine decay, clipping, gradient accumulation; the validation loss every
-`--eval-every` steps and at the end, stopping after `--patience` evaluations without gain; resume after
-a kill (re-run the same command: it continues from the last checkpoint and ends with the weights and
-loss of an uninterrupted run, bitwise on CPU); DDP under torchrun (Gloo on CPU, NCCL on GPU);
+`--eval-every` steps and at the end, ending (the rate annealed first) after `--patience` evaluations
+without gain; resume after a kill (re-run the same command: it continues from the last checkpoint and
+ends with the weights and loss of an uninterrupted run, bitwise on CPU); DDP under torchrun (Gloo on CPU, NCCL on GPU);
 `--precision bf16` autocast. At `--scale full` (or `--engine megatron-bridge`) it writes and launches
 a Megatron-Bridge run folder for the SFT recipe instead, starting from the stage-0 `MegatronBridgeRun`'s
 checkpoint (`--checkpoint-path` then names that run).
@@ -144,7 +144,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
-    for step in range(state.step + 1, steps + 1):
+    for step in range(state.step + 1, training.steps + 1):  # the planned steps, or where --patience ended a run
         micro_batches = [collate(rows, pad_id).to(training.device) for rows in batches.next_step()]
         # A per-token loss, as Megatron-Core's `calculate_per_token_loss`: each micro-batch's loss SUM over its
         # trained tokens, divided by the trained tokens of the whole step on all ranks over the world size (DDP
@@ -185,7 +185,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
                         tokens=step_tokens, validation=validation)
         training.checkpoint_if_due(step)
-        if training.stopped_early:  # --patience: more passes stopped lowering the validation loss
+        if step == training.steps:  # --patience ended the run here; the rate annealed to its floor on the way
             break
 
     # --- the model folder and the artifact ---

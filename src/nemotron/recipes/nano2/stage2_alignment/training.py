@@ -49,7 +49,8 @@ from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
 from nemotron.training.settings import ContinuedTrainingSettings
 
-# Passes over the training pairs per scale (the steps follow from the data; --patience stops earlier).
+# Passes over the training pairs per scale (the steps follow from the data; --patience ends a run earlier,
+# its rate annealed first).
 EPOCHS = {"tiny": 1.0, "small": 1.0, "medium": 1.0, "full": 1.0}
 REFERENCE_LOGPS = "reference_logps.pt"
 
@@ -157,7 +158,7 @@ def main(config: Config) -> DPOCheckpoint:
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
-    for step in range(state.step + 1, steps + 1):
+    for step in range(state.step + 1, training.steps + 1):  # the planned steps, or where --patience ended a run
         # Policy log-probs of both answers of each pair, the loss a mean over the step's pairs on all ranks.
         step_loss, policy_logps, step_tokens = dpo_backward(
             forward, ddp, autocast, train, batches.next_step(), reference["train"], config.beta, config.loss_variant,
@@ -177,7 +178,7 @@ def main(config: Config) -> DPOCheckpoint:
         tokens = round(sum_over_ranks(step_tokens))
         training.record(step, **numbers, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=validation)
         training.checkpoint_if_due(step)
-        if training.stopped_early:  # --patience: the validation pairs' DPO loss stopped falling
+        if step == training.steps:  # --patience ended the run here; the rate annealed to its floor on the way
             break
 
     # --- the model folder and the artifact ---

@@ -41,12 +41,13 @@ from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, Nano3SFTCh
 from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import FineTuningSettings
 
-# Passes over the packed training rows per scale (the steps follow from the data; --patience stops earlier
-# when the validation loss stops improving). Tiny: 800 problems in ~350 rows. The model learns to read the
-# question's digits in one jump (the validation loss falls from ~0.5 to ~0.1 within ~150 steps), and where
-# the jump falls moves with the last bits and the row order. At lr 1.5e-3 (seed 0, bench_sft_length.py):
-# exact match 0.18 at 0.6x these passes, 0.65 at 0.8x, 0.88 at 1x, 0.73 at 1.2x: not yet flat; 13 passes of
-# 4 rows a step (~1,130 steps) were past the jump in seeds 0-2. The README's "How long SFT trains" has the curve.
+# Passes over the packed training rows per scale (the steps follow from the data; --patience ends a run earlier,
+# after annealing its rate, when the validation loss stops improving). Tiny: 800 problems in ~350 rows. The
+# model learns to read the question's digits in one jump (the validation loss falls from ~0.5 to ~0.1 within
+# ~150 steps), and where the jump falls moves with the last bits and the row order. At lr 1.5e-3 (seed 0,
+# bench_sft_length.py): exact match 0.18 at 0.6x these passes, 0.65 at 0.8x, 0.88 at 1x, 0.73 at 1.2x: not yet
+# flat; 13 passes of 4 rows a step (~1,130 steps) were past the jump in seeds 0-2. The README's "How long SFT
+# trains" has the curve.
 EPOCHS = {"tiny": 13.0, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 400, "small": 1000, "medium": 4000, "full": 20000}
@@ -131,7 +132,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
 
     # --- training loop ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
-    for step in range(state.step + 1, steps + 1):
+    for step in range(state.step + 1, training.steps + 1):  # the planned steps, or where --patience ended a run
         micro_batches = [collate_packed(rows, pad_id).to(training.device) for rows in batches.next_step()]
         # Per trained token over the whole step and all ranks (as nano2's), + the experts' balancing loss.
         step_loss = sft_backward(forward, ddp, autocast, micro_batches, balance)
@@ -147,7 +148,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm, tokens=tokens,
                         validation=validation, **balance.log())
         training.checkpoint_if_due(step)
-        if training.stopped_early:  # --patience: more passes stopped lowering the validation loss
+        if step == training.steps:  # --patience ended the run here; the rate annealed to its floor on the way
             break
 
     return training.finish(Nano3SFTCheckpoint, metrics={"train_reasoning": dataset.train_reasoning})
