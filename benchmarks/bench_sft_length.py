@@ -19,6 +19,7 @@ stdout: one JSON line per point, then the summary (the largest distance from the
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
@@ -74,9 +75,14 @@ def main() -> None:
         raise SystemExit("error: --run must be a finished recipe run folder (python -m nemotron.recipes.nano2 "
                          "--scale tiny --output-dir runs/nano2 makes one)")
     default = json.loads((run / "stage1_sft" / "training" / "metadata.json").read_text())
+    # The passes the recipe's own SFT took: its --epochs, its step's default for the scale (EPOCHS), or, for a
+    # run given --steps, computed back from them. The curve's 1.0 point is then the recipe's run (computed back
+    # from the steps of a run of EPOCHS passes, it would run a few more).
+    config = default["config"]
     curated = json.loads((run / "stage1_sft" / "data_curation" / "metadata.json").read_text())
     rows = curated.get("num_train_rows") or curated["metrics"]["train_rows"]  # nano2's field, nano3's metric
-    epochs = default["config"].get("epochs") or default["steps"] * default["config"]["micro_batch_size"] / rows
+    epochs = config.get("epochs") or (default["steps"] * config["micro_batch_size"] / rows if config.get("steps")
+                                      else importlib.import_module(spec["training"]).EPOCHS[default["scale"]])
     seed = default["seed"]
     points = []
     for fraction in args.fractions:
