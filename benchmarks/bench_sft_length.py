@@ -37,7 +37,9 @@ RECIPES = {
                           ("chance of the near miss", "sft_skill_p_near_miss", "sft_skill_p_near_miss_stderr")]},
     "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training",
               "evaluation": "nemotron.recipes.nano3.stage1_sft.evaluation",
-              "columns": [("exact match, reasoning off", "sft_exact_match_reasoning_off",
+              "columns": [("chance of the right working", "sft_p_right_working", "sft_p_right_working_stderr"),
+                          ("chance of a dropped carry", "sft_p_dropped_carry", "sft_p_dropped_carry_stderr"),
+                          ("exact match, reasoning off", "sft_exact_match_reasoning_off",
                            "sft_exact_match_reasoning_off_stderr")]},
 }
 

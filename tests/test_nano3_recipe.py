@@ -66,11 +66,19 @@ def test_every_evaluation_states_its_lesson_and_every_stage_teaches(nano3_run):
 
 
 def test_whole_recipe_report_card_shows_every_stage(nano3_run):
+    import re
+
     report = nano3_run.out / "report"
     text = nano3_run.report_text
     assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
     assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
     assert "Held-out reward gain RL - SFT" in text and "sampled answers that drop a carry" in text
+    # SFT's finer measures: the exact chances of the teacher's right working and of its mistake
+    assert re.search(r"^\| chance of the right working, word for word \| [\d.e+-]+ ± [\d.e+-]+ \| 0\.\d+ ± ", text,
+                     re.MULTILINE), text
+    sft = nano3_run.artifacts["nano3sftresults"]["metrics"]
+    assert sft["sft_p_right_working"] > sft["base_p_right_working"] + 2 * sft["sft_p_right_working_stderr"], sft
+    assert sft["sft_p_dropped_carry"] > sft["base_p_dropped_carry"], sft  # it imitates its teacher's mistake too
 
 
 def test_whole_recipe_rerun_skips_every_step(nano3_run):

@@ -215,11 +215,42 @@ def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_da
     assert results.num_problems == 3
     for key in ("base_exact_match_reasoning_on", "sft_exact_match_reasoning_off"):
         assert 0.0 <= getattr(results, key) <= 1.0 and f"{key}_stderr" in results.metrics
+    for key in ("base_p_right_working", "sft_p_right_working", "sft_p_dropped_carry"):
+        assert 0.0 <= results.metrics[key] <= 1.0 and f"{key}_stderr" in results.metrics
     samples = json.loads(results.samples_path.read_text())
     assert {(s["model"], s["reasoning"]) for s in samples} == {(m, r) for m in ("base", "sft") for r in ("on", "off")}
     with pytest.raises(NemotronError, match="dense counterpart"):
         sft_training.main(sft_training.Config(dataset_path=sft_data.path, checkpoint_path=dense.path, steps=1,
                                               output_dir=tmp_path / "wrong"))
+
+
+def test_sft_evaluation_gives_the_exact_chance_of_the_teachers_working_as_the_template_renders_it(sft_data, sft):
+    """The chance of the right working is that of the assistant turn the tokenizer's own chat template renders
+    after the reasoning-on prompt, token for token (recomputed here from the model's logits); a dropped carry
+    has no chance where a sum has no carry; one question's chances sum to at most 1."""
+    from nemotron.data_prep.verifiable import Addition, read_problems
+    from nemotron.models.loading import load_model
+
+    model, tokenizer = load_model(sft.model_dir)
+    problems = read_problems(sft_data.test_problems, 12)
+    assert {Addition(p["a"], p["b"]).carries > 0 for p in problems} == {True, False}  # both kinds are scored
+    chances = sft_evaluation.working_chances(model, tokenizer, problems, batch_size=5)
+    for i, p in enumerate(problems):
+        kind, prompt, completion = sft_evaluation.workings(tokenizer, p)[0]
+        reasoning, answer = Addition(p["a"], p["b"]).worked()
+        question = [{"role": "user", "content": p["question"]}]
+        rendered = tokenizer.apply_chat_template(
+            [*question, {"role": "assistant", "content": answer, "reasoning_content": reasoning}], tokenize=False)
+        opening = tokenizer.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+        assert kind == "right_working" and rendered.startswith(opening), p
+        assert tokenizer.decode(completion) == rendered[len(opening):].split("<|im_end|>")[0] + "<|im_end|>", p
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + completion])).logits[0].double().log_softmax(-1)
+        steps = range(len(prompt) - 1, len(prompt) + len(completion) - 1)
+        expected = sum(logits[t, token].item() for t, token in zip(steps, completion))
+        assert chances["right_working"][i] == pytest.approx(float(torch.tensor(expected).exp()), rel=1e-4), p
+        assert (chances["dropped_carry"][i] > 0) == (Addition(p["a"], p["b"]).carries > 0), p
+        assert chances["right_working"][i] + chances["dropped_carry"][i] <= 1.0
 
 
 @pytest.mark.slow

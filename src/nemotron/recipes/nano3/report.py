@@ -150,13 +150,17 @@ def exact_match(metrics: dict[str, Any], data: dict[str, Any]) -> list[str]:
         lines += [f"The demonstrations came from an imperfect teacher: {fmt(data['teacher_error_share'])} of its "
                   "worked answers drop one carry (`--teacher-error-rate`); SFT learns them, mistakes included, and "
                   "RL's checker rewards the right sums.", ""]
-    lines += ["| reasoning | base | SFT |", "|---|---|---|"]
-    for mode in ("on", "off"):
-        keys = [f"{model}_exact_match_reasoning_{mode}" for model in ("base", "sft")]
-        cells = [f"{fmt(metrics[key])} ± {fmt(metrics[key + '_stderr'])}" for key in keys]
-        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
-    lines.append(f"\n{metrics['num_problems']} held-out problems, greedy decoding; "
-                 "samples in stage1_sft/evaluation/samples.json.")
+    lines += ["| | base | SFT |", "|---|---|---|"]
+    rows = [(f"exact match, reasoning {mode} (greedy)", f"exact_match_reasoning_{mode}") for mode in ("on", "off")]
+    rows += [("chance of the right working, word for word", "p_right_working"),
+             ("chance of a working with a dropped carry (the teacher's mistake)", "p_dropped_carry")]
+    for label, key in rows:
+        if f"sft_{key}" in metrics:  # the chances: evaluations since they were added
+            cells = [f"{fmt(metrics[f'{m}_{key}'])} ± {fmt(metrics[f'{m}_{key}_stderr'])}" for m in ("base", "sft")]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(f"\n{metrics['num_problems']} held-out problems, greedy decoding; samples in "
+                 "stage1_sft/evaluation/samples.json. The chances are exact (no sampling): greedy exact match jumps "
+                 "when one column's likeliest digit flips, they move smoothly (the README's \"How long SFT trains\").")
     return lines
 
 

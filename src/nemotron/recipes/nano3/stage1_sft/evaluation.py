@@ -9,6 +9,12 @@ A completion scores 1 when the single integer after `</think>` is the sum (`veri
 the same checker RL rewards. Reported with the standard error sqrt(p(1-p)/n), so a difference can be
 read against the noise.
 
+Beside the greedy answers, two exact chances per question, no sampling (`working_chances`): that the model
+writes the teacher's right working word for word, and that it writes one with a dropped carry (the teacher's
+mistake, imitated). Greedy exact match jumps when the likeliest digit of one column flips; these move
+smoothly, so a curve over SFT's length (benchmarks/bench_sft_length.py) shows what the model is still
+learning where exact match only jumps.
+
 Inputs: a `Nano3SFTCheckpoint` (`--checkpoint-path`, or stdin); its dataset and base model are found
 through the recorded lineage. Output: a `Nano3SFTResults` (samples.json holds every completion).
 
@@ -24,7 +30,8 @@ from pathlib import Path
 from nemotron.artifact import apply_scale
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
-from nemotron.data_prep.verifiable import final_answer, read_problems
+from nemotron.data_prep.verifiable import Addition, final_answer, read_problems
+from nemotron.errors import NemotronError
 from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import (
@@ -67,7 +74,7 @@ def main(config: Config) -> Nano3SFTResults:
     problems = read_problems(dataset.test_problems, config.max_problems or apply_scale(FULL_PROBLEMS, config.scale))
 
     # --- generate, both models, both modes ---
-    scores, samples, per_problem = {}, [], {}
+    scores, samples, per_problem, chances = {}, [], {}, {}
     for name, model, tokenizer in evaluation.models(base=base, sft=sft):
         for mode, thinking in (("on", True), ("off", False)):
             messages = [[{"role": "user", "content": p["question"]}] for p in problems]
@@ -81,10 +88,18 @@ def main(config: Config) -> Nano3SFTResults:
             per_problem[name, mode] = (correct, answers)
             samples += [{"model": name, "reasoning": mode, "question": p["question"], "answer": p["answer"],
                          "completion": c, "correct": ok} for p, c, ok in zip(problems[:5], completions, correct)]
+        chances[name] = working_chances(model, tokenizer, problems, config.batch_size)
 
     # --- the noise, the lesson and the answers it changed ---
     n = len(problems)
     errors = {f"{key}_stderr": math.sqrt(value * (1 - value) / n) for key, value in scores.items()}
+    exact = {}  # means of exact chances per question, each with the standard error from their spread
+    for name, per_kind in chances.items():
+        for kind, values in per_kind.items():
+            mean = sum(values) / n
+            exact[f"{name}_p_{kind}"] = mean
+            exact[f"{name}_p_{kind}_stderr"] = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) \
+                if n > 1 else 0.0
     # The lesson: exact match per held-out question with reasoning on, base -> SFT (paired); and the
     # questions SFT taught the model to answer, or made it get wrong.
     (base_correct, base_answers), (sft_correct, sft_answers) = per_problem["base", "on"], per_problem["sft", "on"]
@@ -99,9 +114,51 @@ def main(config: Config) -> Nano3SFTResults:
     # --- save ---
     return evaluation.save(
         Nano3SFTResults, inputs=[sft, dataset, base], samples=samples,
-        metrics={**scores, **errors, "num_problems": n, **lessons}, num_problems=n, **scores,
+        metrics={**scores, **errors, **exact, "num_problems": n, **lessons}, num_problems=n, **scores,
     )
 
+
+def working_chances(model, tokenizer, problems: list[dict], batch_size: int) -> dict[str, list[float]]:
+    """Per problem, exact chances under `model` after the reasoning-on prompt: "right_working", of writing the
+    teacher's right working (`Addition.worked`), its answer and `<|im_end|>`, token for token; "dropped_carry",
+    of writing one of the teacher's mistaken workings (one carry dropped, summed over which)."""
+    import torch
+
+    from nemotron.training.logprobs import completion_logprobs, evaluation_mode
+
+    pairs = [(i, kind, prompt, completion) for i, p in enumerate(problems)
+             for kind, prompt, completion in workings(tokenizer, p)]
+    with evaluation_mode(model), torch.no_grad():
+        logps = completion_logprobs(model, [pair[2] for pair in pairs], [pair[3] for pair in pairs],
+                                    batch_size=batch_size).double()
+    out = {"right_working": [0.0] * len(problems), "dropped_carry": [0.0] * len(problems)}
+    for (i, kind, _, _), chance in zip(pairs, logps.exp().tolist()):
+        out[kind][i] += chance
+    return out
+
+
+def workings(tokenizer, problem: dict) -> list[tuple[str, list[int], list[int]]]:
+    """(kind, prompt ids, completion ids) of a held-out addition problem's right working ("right_working") and
+    of each working with one carry dropped ("dropped_carry"): the prompt with reasoning on, the completion the
+    assistant turn the nano3 template renders after it, up to and with `<|im_end|>`."""
+    from nemotron.data_prep.chat.nano3 import nano3_pieces, tokenize_nano3_prompt
+    from nemotron.data_prep.chat.pieces import encode_pieces
+    from nemotron.data_prep.tokenizer import IM_END_ID
+
+    question = [{"role": "user", "content": problem["question"]}]
+    prompt = tokenize_nano3_prompt(tokenizer, question, enable_thinking=True)
+    addition = Addition(int(problem["a"]), int(problem["b"]))
+    out = []
+    for drop in range(addition.carries + 1):
+        reasoning, answer = addition.worked(drop)
+        turn = {"role": "assistant", "content": answer, "reasoning_content": reasoning}
+        ids, _ = encode_pieces(tokenizer, nano3_pieces([*question, turn]), {})
+        if ids[: len(prompt)] != prompt:
+            raise NemotronError(f"held-out question {problem['question']!r}: the rendered conversation does not start "
+                                "with the generation prompt; the tokenizer's chat template is not nano3's")
+        rest = ids[len(prompt):]
+        out.append(("dropped_carry" if drop else "right_working", prompt, rest[: rest.index(IM_END_ID) + 1]))
+    return out
 
 if __name__ == "__main__":
     run(main)

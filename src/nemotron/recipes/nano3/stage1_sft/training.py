@@ -44,10 +44,11 @@ from nemotron.training.settings import FineTuningSettings
 # Passes over the packed training rows per scale (the steps follow from the data; --patience ends a run earlier,
 # after annealing its rate, when the validation loss stops improving). Tiny: 800 problems in ~350 rows. The
 # model learns to read the question's digits in one jump (the validation loss falls from ~0.5 to ~0.1 within
-# ~150 steps), and where the jump falls moves with the last bits and the row order. At lr 1.5e-3 (seed 0,
-# bench_sft_length.py): exact match 0.18 at 0.6x these passes, 0.65 at 0.8x, 0.88 at 1x, 0.73 at 1.2x: not yet
-# flat; 13 passes of 4 rows a step (~1,130 steps) were past the jump in seeds 0-2. The README's "How long SFT
-# trains" has the curve.
+# ~150 steps, ~400 steps in), and keeps learning its teacher long after. At lr 1.5e-3 (seed 0,
+# bench_sft_length.py): exact match 0.18 at 0.6x these passes, 0.55 at 0.8x, 0.81 at 1x, 0.76 at 1.2x, 0.92 at
+# 1.4x, and the chance of the teacher's right working 0.05, 0.22, 0.41, 0.43, 0.66: not yet flat, and a later
+# default does not fit the recipe's 300 s. 13 passes of 4 rows a step (~1,135 steps) taught every seed
+# measured (0-2). The README's "How long SFT trains" has the curve.
 EPOCHS = {"tiny": 13.0, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 400, "small": 1000, "medium": 4000, "full": 20000}
