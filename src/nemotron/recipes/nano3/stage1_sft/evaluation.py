@@ -160,5 +160,6 @@ def workings(tokenizer, problem: dict) -> list[tuple[str, list[int], list[int]]]
         out.append(("dropped_carry" if drop else "right_working", prompt, rest[: rest.index(IM_END_ID) + 1]))
     return out
 
+
 if __name__ == "__main__":
     run(main)
