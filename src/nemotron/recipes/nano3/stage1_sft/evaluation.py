@@ -32,6 +32,7 @@ from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
 from nemotron.data_prep.verifiable import Addition, final_answer, read_problems
 from nemotron.errors import NemotronError
+from nemotron.evaluation.benchmarks import mean_and_stderr
 from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import EvaluationSettings
 from nemotron.recipes.nano3.artifacts import (
@@ -93,13 +94,10 @@ def main(config: Config) -> Nano3SFTResults:
     # --- the noise, the lesson and the answers it changed ---
     n = len(problems)
     errors = {f"{key}_stderr": math.sqrt(value * (1 - value) / n) for key, value in scores.items()}
-    exact = {}  # means of exact chances per question, each with the standard error from their spread
+    chance_metrics = {}  # the mean chance per question, with its standard error over the questions
     for name, per_kind in chances.items():
         for kind, values in per_kind.items():
-            mean = sum(values) / n
-            exact[f"{name}_p_{kind}"] = mean
-            exact[f"{name}_p_{kind}_stderr"] = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) \
-                if n > 1 else 0.0
+            chance_metrics[f"{name}_p_{kind}"], chance_metrics[f"{name}_p_{kind}_stderr"] = mean_and_stderr(values)
     # The lesson: exact match per held-out question with reasoning on, base -> SFT (paired); and the
     # questions SFT taught the model to answer, or made it get wrong.
     (base_correct, base_answers), (sft_correct, sft_answers) = per_problem["base", "on"], per_problem["sft", "on"]
@@ -114,7 +112,7 @@ def main(config: Config) -> Nano3SFTResults:
     # --- save ---
     return evaluation.save(
         Nano3SFTResults, inputs=[sft, dataset, base], samples=samples,
-        metrics={**scores, **errors, **exact, "num_problems": n, **lessons}, num_problems=n, **scores,
+        metrics={**scores, **errors, **chance_metrics, "num_problems": n, **lessons}, num_problems=n, **scores,
     )
 
 
