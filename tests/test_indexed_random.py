@@ -143,7 +143,8 @@ def check_case(seed: int, folder) -> None:
     assert not list(folder.glob("bad*")), f"id {bad} ({form}) left files behind"
     # A passed case's files go at once (a failed one's stay to look at). Kept, the deep tier's ~44,000 files
     # (~750 MB) are written back to the disk; in two whole-suite runs, with I/O stalls in /proc/pressure/io, it
-    # took 421 s and 505 s where it takes ~25 s alone. Deleted seconds after they are written, they never reach it.
+    # took 421 s and 505 s where it takes ~25 s alone. Deleted seconds after they are written, before the kernel's
+    # 30 s dirty-page expiry, they are dropped from memory instead.
     shutil.rmtree(folder)
 
 

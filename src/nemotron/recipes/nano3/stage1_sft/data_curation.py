@@ -85,9 +85,8 @@ class Config(SFTCurationSettings):  # the stage-0 checkpoint or dataset, pack_si
     teacher_error_rate: float = 0.2
     """Chance that the teacher drops one carry in a training problem's demonstration; problems without a carry
     are always right, so about one demonstration in six is wrong (metrics.teacher_error_share: 0.14-0.17 in
-    seeds 0-2). At 0.35 (a quarter wrong) SFT's greedy exact match at tiny was 0.80, 0.85 and 0.68 in seeds 0-2;
-    at 0.2, with 19.2 passes, 0.93, 0.92 and 0.92, and RL still about halves the share of sampled answers that
-    drop a carry (0.14-0.17 -> 0.06-0.08)."""
+    seeds 0-2). Chosen with SFT's passes: training.py's EPOCHS has the exact match this gave at tiny in each seed
+    (and what 0.35 gave), and RL still about halves the share of sampled answers that drop a carry."""
     reasoning_off_share: float = 0.1
     """Share of the training problems whose reasoning is stripped (Nano 3: 10%), teaching the off switch."""
     train_reasoning: bool = True
