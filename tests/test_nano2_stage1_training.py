@@ -256,28 +256,41 @@ def _checkpoint_with_tokenizer(root: Path, vocab_size: int) -> PretrainCheckpoin
 
 
 def test_patience_anneals_the_rate_to_its_floor_then_ends_the_run_and_a_resume_ends_it_there(dataset, tmp_path):
-    """--patience 2, validating every 2 steps of 20: at lr 1e-12 no weight moves (below float32's rounding),
-    so the validation loss never beats its first value, and patience fires at step 6. The run then anneals
-    over the next 20% of its steps (4) and ends at step 10; resumed from step 8, it ends at step 10 too."""
+    """--patience 2, validating every 2 steps of 20, at lr 1e-12: the validation loss barely moves, so patience
+    fires within a few validations. Which one depends on the last bits of the loss (a weight at zero moves
+    by ~1e-12, and the loss's rounding with the thread count), so the test finds it in the recorded losses by
+    the rule --patience states, then checks what follows: the rate anneals over the next 20% of the steps (4)
+    and the run ends there; resumed from a checkpoint inside the anneal, it ends at the same step."""
     settings = dict(dataset_path=dataset.path, steps=20, eval_every=2, checkpoint_every=2, patience=2, lr=1e-12,
                     micro_batch_size=2)
     ended = main(Config(output_dir=tmp_path / "whole", **settings))
-    assert ended.steps == 10 and ended.metrics["stopped_early"] is True
     records = read_metrics(ended.metrics_path)
-    assert [r["step"] for r in records] == list(range(1, 11))
+    best, without_gain, fired = None, 0, None
+    for record in records:
+        if "val_loss" not in record:
+            continue
+        if best is None or record["val_loss"] < best:
+            best, without_gain = record["val_loss"], 0
+        else:
+            without_gain += 1
+        if without_gain == 2:
+            fired = record["step"]
+            break
+    assert fired is not None and fired <= 14, f"patience should fire by step 14 at lr 1e-12: {records}"
+    assert ended.steps == fired + 4 and ended.metrics["stopped_early"] is True
+    assert [r["step"] for r in records] == list(range(1, fired + 5))
     lrs = [r["lr"] / 1e-12 for r in records]
-    start, floor = lrs[6], Config.min_lr_ratio  # step 7 keeps the rate the schedule gave it after step 6
-    assert start > 0.8 and lrs[6:] == pytest.approx([start + (floor - start) * k / 3 for k in range(4)])
+    start, floor = lrs[fired], Config.min_lr_ratio  # the step after it keeps the rate the schedule gave it
+    assert start > floor and lrs[fired:] == pytest.approx([start + (floor - start) * k / 3 for k in range(4)])
 
-    # A run killed during the anneal (its last checkpoints, model and artifact gone) resumes into the same end.
+    # A run killed during the anneal (its last checkpoint, model and artifact gone) resumes into the same end.
     resumed_dir = tmp_path / "resumed"
     main(Config(output_dir=resumed_dir, **settings))
-    for later in ("step_000010",):
-        shutil.rmtree(resumed_dir / "checkpoints" / later)
+    shutil.rmtree(resumed_dir / "checkpoints" / f"step_{fired + 4:06d}")
     shutil.rmtree(resumed_dir / "model")
     (resumed_dir / "metadata.json").unlink()
     resumed = main(Config(output_dir=resumed_dir, **settings))
-    assert resumed.metrics["resumed_from_step"] == 8 and resumed.steps == 10
+    assert resumed.metrics["resumed_from_step"] == fired + 2 and resumed.steps == fired + 4
     assert read_metrics(resumed.metrics_path) == records
 
 
