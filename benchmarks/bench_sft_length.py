@@ -4,15 +4,19 @@ SFT's length is a number of passes over its data (`--epochs`, the step's EPOCHS)
 result no longer hinges on the last bits: the stage's lesson (`metrics.lesson`) flat, within its standard
 error, from 20% fewer passes to 20% more. This script re-runs SFT from a finished recipe run's stage-0 model
 and SFT data at each share of the default (0.6 0.8 1.0 1.2 1.4 by default), evaluates each with the recipe's
-own SFT evaluation step, and prints the curve (the lesson and the step's other held-out measures), and how
-far the points at 0.8 and 1.2 sit from the default's, in the default's standard errors.
+own SFT evaluation step, and prints the curve (the lesson and the step's other held-out measures) and, for
+each point from 0.8 to 1.2, its change from the default on the same held-out items: the paired difference
+of the two runs' per-item values (`metrics.lesson_items`), read by the lesson's own verdict. The length is
+flat there when every such change is "no clear change" (within two standard errors of the difference): the
+bar a stage's gain must clear to count as a lesson is the bar a change of length must not clear.
 
     python -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2       # the run to start from
     python benchmarks/bench_sft_length.py --recipe nano2 --run runs/nano2 --json sft_length.json
     python benchmarks/bench_sft_length.py --recipe nano3 --run runs/nano3 --fractions 0.8 1 1.2
     python benchmarks/bench_sft_length.py --quick                                # a few steps, 2 points
 
-stdout: one JSON line per point, then the summary (the largest distance from the default, in standard errors).
+stdout: one JSON line per point, then the summary (the largest change from the default in standard errors of the
+difference, and whether the length is flat from 0.8x to 1.2x).
 `--json FILE` writes what `scripts/readme_results.py RECIPE sft_length FILE` puts in the README.
 """
 
@@ -27,15 +31,18 @@ import tempfile
 import time
 from pathlib import Path
 
-# Per recipe: the SFT steps, and besides the stage's lesson (its gain ± standard error: the measure whose
-# flatness is judged) the columns shown, read from the evaluation artifact's metrics (key, its standard error).
+from nemotron.evaluation.lessons import lesson, verdict
+
+# Per recipe: the SFT steps, whether the lesson's measure is higher-is-better, and besides the stage's lesson (its
+# gain ± standard error: the measure whose flatness is judged) the columns shown, read from the evaluation
+# artifact's metrics (key, its standard error).
 RECIPES = {
-    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training",
+    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training", "higher_is_better": False,
               "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",
               "columns": [("held-out skill: greedy right", "sft_skill_accuracy", "sft_skill_accuracy_stderr"),
                           ("chance of a right answer", "sft_skill_p_right", "sft_skill_p_right_stderr"),
                           ("chance of the near miss", "sft_skill_p_near_miss", "sft_skill_p_near_miss_stderr")]},
-    "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training",
+    "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training", "higher_is_better": True,
               "evaluation": "nemotron.recipes.nano3.stage1_sft.evaluation",
               "columns": [("chance of the right working", "sft_p_right_working", "sft_p_right_working_stderr"),
                           ("chance of a dropped carry", "sft_p_dropped_carry", "sft_p_dropped_carry_stderr"),
@@ -86,43 +93,61 @@ def main() -> None:
     epochs = config.get("epochs") or (default["steps"] * config["micro_batch_size"] / rows if config.get("steps")
                                       else importlib.import_module(spec["training"]).EPOCHS[default["scale"]])
     seed = default["seed"]
-    points = []
+    points, items = [], {}
     for fraction in args.fractions:
         out = root / f"sft_{fraction:g}"
+        # The recipe run's own seed and --patience (a run made with --patience 0 makes a curve without it).
         flags = ["--dataset-path", str(run / "stage1_sft" / "data_curation"), "--checkpoint-path",
-                 str(run / "stage0_pretrain" / "training"), "--seed", str(seed)]
+                 str(run / "stage0_pretrain" / "training"), "--seed", str(seed), "--patience", str(config["patience"])]
         flags += ["--steps", str(max(1, round(default["steps"] * fraction)))] if args.quick else \
             ["--epochs", f"{epochs * fraction:.4g}"]
         trained = step(spec["training"], out / "training", *flags)
         scored = step(spec["evaluation"], out / "evaluation", "--checkpoint-path", str(out / "training"))["metrics"]
-        lesson = scored["lesson"]
+        record = scored["lesson"]
         # A point --patience ended early ran fewer steps than its passes ask: say so. At tiny (nano3, 11
         # validation rows) it fired mid-schedule in 3 of 11 SFT runs measured. When it stopped them at once,
         # at a rate still high, they scored exact match 0.07, 0.54 and 0.85; now that the rate first anneals
         # (TrainingRun), the same runs score 0.70, 0.66 and 0.93 (0.66 and 0.97 run to the end, --patience 0).
         point = {"fraction": fraction, "epochs": round(epochs * fraction, 3), "steps": trained["steps"],
-                 "stopped_early": trained["metrics"]["stopped_early"], "value": lesson["gain"],
-                 "standard_error": lesson["standard_error"],
-                 "cells": [f"{lesson['gain']:+.3f} ± {lesson['standard_error']:.3f}",
+                 "stopped_early": trained["metrics"]["stopped_early"], "value": record["gain"],
+                 "standard_error": record["standard_error"],
+                 "cells": [f"{record['gain']:+.3f} ± {record['standard_error']:.3f}",
                            *(f"{scored[k]:.3f} ± {scored[e]:.3f}" for _, k, e in spec["columns"])]}
+        items[fraction] = scored["lesson_items"]["after"]
         points.append(point)
         print(json.dumps(point))
         names = ["the lesson", *(name for name, _, _ in spec["columns"])]
         cut = ", --patience stopped it" if point["stopped_early"] else ""
         print(f"bench_sft_length: {args.recipe} x{fraction:g} ({point['epochs']:g} passes, {point['steps']} steps"
               f"{cut}): " + ", ".join(f"{name} {cell}" for name, cell in zip(names, point["cells"])), file=sys.stderr)
-    base = next((p for p in points if p["fraction"] == 1.0), points[0])
-    distance = max(abs(p["value"] - base["value"]) / (base["standard_error"] or 1.0)
-                   for p in points if 0.8 <= p["fraction"] <= 1.2)
+    # Each point's change from the default, item for item (paired), as the lesson measures a stage's gain. The
+    # default is the recipe's own SFT model, scored by the same evaluation as the points (the 1.0 point is it).
+    if 1.0 not in items:
+        scored = step(spec["evaluation"], root / "default_evaluation", "--checkpoint-path",
+                      str(run / "stage1_sft" / "training"))["metrics"]
+        items[1.0] = scored["lesson_items"]["after"]
+    distances = []
+    for point in points:
+        change = lesson(record["measure"], items[1.0], items[point["fraction"]],
+                        higher_is_better=spec["higher_is_better"])
+        point["against_default"] = {"gain": change["gain"], "standard_error": change["standard_error"],
+                                    "verdict": verdict(change)}
+        if 0.8 <= point["fraction"] <= 1.2:
+            distances.append(abs(change["gain"]) / change["standard_error"] if change["standard_error"] else 0.0)
+        print(f"bench_sft_length: x{point['fraction']:g} against the default, paired: {change['gain']:+.3f} ± "
+              f"{change['standard_error']:.3f} ({point['against_default']['verdict']})", file=sys.stderr)
+    flat = all(p["against_default"]["verdict"] == "no clear change" for p in points if 0.8 <= p["fraction"] <= 1.2)
     if args.json is not None:
         args.json.write_text(json.dumps({
             "recipe": args.recipe, "date": time.strftime("%Y-%m-%d"), "seed": seed, "default_epochs": epochs,
-            "measure": f"the lesson is {lesson['measure']}",
+            "measure": f"the lesson is {record['measure']}",
             "columns": ["the lesson: gain ± SE", *(name for name, _, _ in spec["columns"])],
             "points": points}, indent=1) + "\n")
-    print(f"bench_sft_length: from 0.8x to 1.2x the default, the lesson's gain stays within {distance:.2f} of "
-          "its standard errors of the default's", file=sys.stderr)
-    print(json.dumps({"max_distance_in_standard_errors_within_20_percent": round(distance, 3)}))
+    distance = max(distances, default=0.0)
+    print(f"bench_sft_length: from 0.8x to 1.2x the default, the lesson changes by at most {distance:.2f} standard "
+          f"errors of the difference: " + ("flat (no change beyond two)" if flat else "NOT flat (a change beyond two)"),
+          file=sys.stderr)
+    print(json.dumps({"max_distance_in_standard_errors_within_20_percent": round(distance, 3), "flat": flat}))
 
 
 if __name__ == "__main__":

@@ -120,14 +120,20 @@ def render(name: str, data: dict) -> str:
                          f" | {run['step_seconds']} | {run['load_average']} |")
         return "\n".join(lines) + "\n"
     if name == "sft_length":
+        # Curves measured before bench_sft_length compared each point with the default item for item lack the column.
+        paired = all("against_default" in point for point in data["points"])
+        columns = [*data["columns"], *(["the lesson's change from the default: paired ± SE"] if paired else [])]
         lines = [f"`python benchmarks/bench_sft_length.py`, {data['date']}, seed {data['seed']}: SFT for a share of "
                  f"its default {data['default_epochs']:.3g} passes over the data; {data['measure']}.", "",
-                 "| share of the default | passes | steps | " + " | ".join(data["columns"]) + " |",
-                 "|---|---|---|" + "---|" * len(data["columns"])]
+                 "| share of the default | passes | steps | " + " | ".join(columns) + " |",
+                 "|---|---|---|" + "---|" * len(columns)]
         for point in data["points"]:
             cut = " (--patience stopped it)" if point.get("stopped_early") else ""  # older curves lack the key
+            change = point.get("against_default")
+            cells = [*point["cells"], *([f"{change['gain']:+.3f} ± {change['standard_error']:.3f} "
+                                         f"({change['verdict']})"] if paired else [])]
             lines.append(f"| {point['fraction']:g} | {point['epochs']:g} | {point['steps']}{cut} | " +
-                         " | ".join(point["cells"]) + " |")
+                         " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
     if name == "dpo_variants":
         sft = data["variants"][0]["sft"]

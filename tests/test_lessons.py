@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from nemotron.errors import NemotronError
-from nemotron.evaluation.lessons import LESSON_FIELDS, changed_answers, flipped, lesson, verdict
+from nemotron.evaluation.lessons import LESSON_FIELDS, changed_answers, flipped, lesson, lesson_items, verdict
 
 
 def test_the_gain_is_the_mean_paired_difference_with_its_standard_error():
@@ -59,3 +60,20 @@ def test_mismatched_empty_or_missing_scores_are_one_clear_error():
         lesson("m", [1.0, float("nan")], [1.0, 2.0])
     with pytest.raises(NemotronError, match="compare the same held-out items"):
         flipped([True], [True, False])
+
+
+def test_the_kept_items_give_back_the_lesson_and_compare_two_runs_item_for_item():
+    """An artifact keeps `lesson_items` (JSON): the lesson recomputes from them exactly, whatever the per-item
+    values were (bools, numpy floats), and two runs of a stage compare paired through their "after" values."""
+    import numpy as np
+
+    base, run_a, run_b = [False] * 6, [True, True, True, True, False, True], [True, False, True, True, False, False]
+    items = json.loads(json.dumps(lesson_items(base, run_a)))
+    assert items == {"before": [0.0] * 6, "after": [1.0, 1.0, 1.0, 1.0, 0.0, 1.0]}
+    assert lesson("m", **items) == lesson("m", base, run_a)
+    losses = np.array([2.5, 3.25, 1.125], dtype=np.float32)
+    kept = json.loads(json.dumps(lesson_items(losses, losses * 0.5)))
+    assert lesson("nll", **kept, higher_is_better=False) == lesson("nll", losses, losses * 0.5, higher_is_better=False)
+    change = lesson("m", items["after"], lesson_items(base, run_b)["after"])  # run b against run a, paired
+    assert change["gain"] == pytest.approx(-2 / 6) and verdict(change) == "no clear change"  # 2 of 6 flipped
+

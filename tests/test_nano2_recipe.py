@@ -180,6 +180,7 @@ def test_every_evaluation_states_its_lesson_and_every_stage_teaches(recipe):
     stage 0 the unigram), every gain above two paired standard errors, and the report card's lesson table
     with a verdict per stage and the answers each stage changed."""
     from nemotron.evaluation.lessons import LESSON_FIELDS
+    from nemotron.evaluation.lessons import lesson as lesson_of
 
     for kind in ("pretrainresults", "sftresults", "dporesults"):
         lesson = recipe.artifacts[kind]["metrics"]["lesson"]
@@ -190,6 +191,9 @@ def test_every_evaluation_states_its_lesson_and_every_stage_teaches(recipe):
         assert lesson["gain"] > 2 * lesson["standard_error"], f"{kind}: the stage did not teach: {lesson}"
     stage0 = recipe.artifacts["pretrainresults"]["metrics"]["lesson"]
     assert stage0["before"] > stage0["after"]  # the unigram's loss above the model's: pretraining taught
+    # SFT keeps the per-conversation values its lesson came from (bench_sft_length compares runs item for item).
+    sft = recipe.artifacts["sftresults"]["metrics"]
+    assert lesson_of(sft["lesson"]["measure"], **sft["lesson_items"], higher_is_better=False) == sft["lesson"]
     for kind in ("sftresults", "dporesults"):
         changed = recipe.artifacts[kind]["metrics"]["changed_answers"]
         assert len(changed["fixed"]) == min(5, changed["num_fixed"]), changed

@@ -42,6 +42,7 @@ def test_every_evaluation_states_its_lesson_and_every_stage_teaches(nano3_run):
     import re
 
     from nemotron.evaluation.lessons import LESSON_FIELDS
+    from nemotron.evaluation.lessons import lesson as lesson_of
 
     made = nano3_run.artifacts
     for kind in ("nano3pretrainresults", "nano3sftresults", "nano3rlresults"):
@@ -51,6 +52,9 @@ def test_every_evaluation_states_its_lesson_and_every_stage_teaches(nano3_run):
         print(f"{kind}: {lesson['measure']}: {lesson['before']:.4g} -> {lesson['after']:.4g}, "
               f"gain {lesson['gain']:+.4g} ± {lesson['standard_error']:.2g}")
         assert lesson["gain"] > 2 * lesson["standard_error"], f"{kind}: the stage did not teach: {lesson}"
+    # SFT keeps the per-question values its lesson came from (bench_sft_length compares runs item for item).
+    sft = made["nano3sftresults"]["metrics"]
+    assert lesson_of(sft["lesson"]["measure"], **sft["lesson_items"]) == sft["lesson"]
     rl = made["nano3rlresults"]["metrics"]
     assert rl["lesson"]["gain"] == pytest.approx(rl["reward_gain"])  # the lesson is the reward GRPO maximised
     for kind in ("nano3sftresults", "nano3rlresults"):

@@ -76,3 +76,19 @@ def test_a_curve_point_that_patience_cut_short_says_so():
     for older in ({**point, "stopped_early": False}, point):
         drawn = readme_results.render("sft_length", {**data, "points": [older]})
         assert "| 0.8 | 10.4 | 940 | +0.540 ± 0.050 |" in drawn and "patience" not in drawn
+
+
+def test_a_curve_point_shows_its_paired_change_from_the_default():
+    """bench_sft_length compares each point with the default item for item; the drawn table gives that change
+    and its verdict as a column (only when every point has one: an older curve draws as it did)."""
+    change = {"gain": -0.23, "standard_error": 0.045, "verdict": "hurt: loss > 2 SE"}
+    point = {"fraction": 0.8, "epochs": 15.36, "steps": 1337, "value": 0.76, "standard_error": 0.043,
+             "stopped_early": False, "cells": ["+0.760 ± 0.043"], "against_default": change}
+    data = {"date": "2026-12-05", "seed": 1, "default_epochs": 19.2, "measure": "m", "columns": ["the lesson"],
+            "points": [point]}
+    drawn = readme_results.render("sft_length", data)
+    assert "| the lesson | the lesson's change from the default: paired ± SE |" in drawn
+    assert "| 0.8 | 15.36 | 1337 | +0.760 ± 0.043 | -0.230 ± 0.045 (hurt: loss > 2 SE) |" in drawn
+    older = {key: value for key, value in point.items() if key != "against_default"}
+    assert "paired" not in readme_results.render("sft_length", {**data, "points": [older]})
+

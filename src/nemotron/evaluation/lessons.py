@@ -53,6 +53,14 @@ def lesson(measure: str, before: Sequence[float], after: Sequence[float], *, hig
     }
 
 
+def lesson_items(before: Sequence[float], after: Sequence[float]) -> dict:
+    """The per-item values a lesson was computed from, as an artifact keeps them (`metrics["lesson_items"]`), so
+    that two runs of one stage can be compared item for item: `lesson(measure, one["after"], other["after"])`
+    is their paired difference, and `verdict` reads it (`benchmarks/bench_sft_length.py` judges so whether SFT's
+    length changes its result)."""
+    return {"before": [float(value) for value in before], "after": [float(value) for value in after]}
+
+
 def verdict(record: dict) -> str:
     """helped (gain above two standard errors), hurt (below minus two), else no clear change."""
     gain, error = record["gain"], record["standard_error"]

@@ -78,7 +78,7 @@ def main(config: Config) -> SFTResults:
     )
     from nemotron.evaluation.harness import chat_choice_task
     from nemotron.evaluation.language_modeling import mean_nll, perplexity
-    from nemotron.evaluation.lessons import changed_answers, lesson
+    from nemotron.evaluation.lessons import changed_answers, lesson, lesson_items
 
     # --- inputs: the SFT checkpoint, its dataset and its base model ---
     evaluation = EvaluationRun(config, SFTCheckpoint)  # refuses bad --harness/--benchmarks first
@@ -144,6 +144,7 @@ def main(config: Config) -> SFTResults:
     # The lesson: each held-out conversation's answer NLL, base -> SFT (paired).
     metrics["lesson"] = lesson("held-out answer NLL per conversation (nats/token), base -> SFT",
                                per_conversation["base"], per_conversation["sft"], higher_is_better=False)
+    metrics["lesson_items"] = lesson_items(per_conversation["base"], per_conversation["sft"])  # bench_sft_length
     # The answers it changed: held-out skill problems whose greedy answer SFT made right (or wrong).
     metrics["changed_answers"] = changed_answers(skill["base"]["right"], skill["sft"]["right"], [
         {"question": p["question"], "expected": p["answer"], "before": before, "after": after}

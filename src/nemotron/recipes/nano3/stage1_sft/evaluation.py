@@ -63,7 +63,7 @@ def main(config: Config) -> Nano3SFTResults:
     from nemotron.data_prep.chat.nano3 import tokenize_nano3_prompt
     from nemotron.data_prep.tokenizer import IM_END_ID
     from nemotron.evaluation.generation import greedy_samples
-    from nemotron.evaluation.lessons import changed_answers, lesson
+    from nemotron.evaluation.lessons import changed_answers, lesson, lesson_items
 
     # --- inputs: the SFT model, its dataset (the held-out problems) and its base ---
     evaluation = EvaluationRun(config, Nano3SFTCheckpoint)
@@ -104,6 +104,7 @@ def main(config: Config) -> Nano3SFTResults:
     lessons = {
         "lesson": lesson("held-out exact match per question (greedy, reasoning on), base -> SFT",
                          base_correct, sft_correct),
+        "lesson_items": lesson_items(base_correct, sft_correct),  # per question: bench_sft_length compares runs
         "changed_answers": changed_answers(base_correct, sft_correct, [
             {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
             for p, before, after in zip(problems, base_answers, sft_answers)]),
