@@ -4,19 +4,20 @@ SFT's length is a number of passes over its data (`--epochs`, the step's EPOCHS)
 result no longer hinges on the last bits: the stage's lesson (`metrics.lesson`) flat, within its standard
 error, from 20% fewer passes to 20% more. This script re-runs SFT from a finished recipe run's stage-0 model
 and SFT data at each share of the default (0.6 0.8 1.0 1.2 1.4 by default), evaluates each with the recipe's
-own SFT evaluation step, and prints the curve (the lesson and the step's other held-out measures) and, for
-each point from 0.8 to 1.2, its change from the default on the same held-out items: the paired difference
-of the two runs' per-item values (`metrics.lesson_items`), read by the lesson's own verdict. The length is
-flat there when every such change is "no clear change" (within two standard errors of the difference): the
-bar a stage's gain must clear to count as a lesson is the bar a change of length must not clear.
+own SFT evaluation step, and prints the curve (the lesson and the step's other held-out measures). The length
+is flat when the lessons from 0.8x to 1.2x stay within the default's standard error of the default's (the
+summary gives the largest distance, in those standard errors). Each point also shows its change from the
+default on the same held-out items, paired (the two runs' per-item values, `metrics.lesson_items`), with the
+lesson's own verdict: whether the two models really differ, a finer question than flatness (nano2's held-out
+NLL still falls by a few hundredths of a nat a fifth past its default: a real change, well within the SE).
 
     python -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2       # the run to start from
     python benchmarks/bench_sft_length.py --recipe nano2 --run runs/nano2 --json sft_length.json
     python benchmarks/bench_sft_length.py --recipe nano3 --run runs/nano3 --fractions 0.8 1 1.2
     python benchmarks/bench_sft_length.py --quick                                # a few steps, 2 points
 
-stdout: one JSON line per point, then the summary (the largest change from the default in standard errors of the
-difference, and whether the length is flat from 0.8x to 1.2x).
+stdout: one JSON line per point, then the summary (from 0.8x to 1.2x, the largest distance from the default in the
+default's standard errors, and whether that is within one: flat).
 `--json FILE` writes what `scripts/readme_results.py RECIPE sft_length FILE` puts in the README.
 """
 
@@ -125,28 +126,28 @@ def main() -> None:
     if 1.0 not in items:
         scored = step(spec["evaluation"], root / "default_evaluation", "--checkpoint-path",
                       str(run / "stage1_sft" / "training"))["metrics"]
-        items[1.0] = scored["lesson_items"]["after"]
-    distances = []
+        items[1.0], default_error = scored["lesson_items"]["after"], scored["lesson"]["standard_error"]
+    else:
+        default_error = next(p["standard_error"] for p in points if p["fraction"] == 1.0)
     for point in points:
         change = lesson(record["measure"], items[1.0], items[point["fraction"]],
                         higher_is_better=spec["higher_is_better"])
         point["against_default"] = {"gain": change["gain"], "standard_error": change["standard_error"],
                                     "verdict": verdict(change)}
-        if 0.8 <= point["fraction"] <= 1.2:
-            distances.append(abs(change["gain"]) / change["standard_error"] if change["standard_error"] else 0.0)
         print(f"bench_sft_length: x{point['fraction']:g} against the default, paired: {change['gain']:+.3f} ± "
               f"{change['standard_error']:.3f} ({point['against_default']['verdict']})", file=sys.stderr)
-    flat = all(p["against_default"]["verdict"] == "no clear change" for p in points if 0.8 <= p["fraction"] <= 1.2)
+    # Flat: from 0.8x to 1.2x, every lesson within the default's standard error of the default's.
+    distance = max((abs(p["against_default"]["gain"]) / (default_error or 1.0) for p in points
+                    if 0.8 <= p["fraction"] <= 1.2), default=0.0)
     if args.json is not None:
         args.json.write_text(json.dumps({
             "recipe": args.recipe, "date": time.strftime("%Y-%m-%d"), "seed": seed, "default_epochs": epochs,
             "measure": f"the lesson is {record['measure']}",
             "columns": ["the lesson: gain ± SE", *(name for name, _, _ in spec["columns"])],
             "points": points}, indent=1) + "\n")
-    distance = max(distances, default=0.0)
-    print(f"bench_sft_length: from 0.8x to 1.2x the default, the lesson changes by at most {distance:.2f} standard "
-          f"errors of the difference: " + ("flat (no change beyond two)" if flat else "NOT flat (a change beyond two)"),
-          file=sys.stderr)
+    flat = distance <= 1.0
+    print(f"bench_sft_length: from 0.8x to 1.2x the default, the lesson stays within {distance:.2f} of the default's "
+          "standard errors of it: " + ("flat" if flat else "NOT flat"), file=sys.stderr)
     print(json.dumps({"max_distance_in_standard_errors_within_20_percent": round(distance, 3), "flat": flat}))
 
 
