@@ -50,7 +50,7 @@ from nemotron.training.settings import FineTuningSettings
 # plateau), 1.2x 0.91, 0.95, 0.95. Not yet flat a fifth below the default. The earlier 13 passes at the teacher's
 # 0.35 gave 0.80, 0.85, 0.68. With --patience 0 (every run its full planned steps; bench_sft_length, 2026-12-05)
 # the default gave 0.94, 0.99, 0.93, 0.8x (~1,340 steps) 0.89, 0.76, 0.80 and 1.2x (~2,010) 0.88, 0.93, 0.95:
-# against the default, paired, 4 of the 6 changes are beyond two standard errors (seed 1 at 1.2x too: greedy
+# 5 of the 6 lie beyond the default's standard error, 4 beyond two of their paired one (seed 1 at 1.2x too: greedy
 # exact match moves by several questions between neighbouring models even on the plateau), so turning the
 # patience off does not flatten it. The README's "How long SFT trains" has the curve.
 EPOCHS = {"tiny": 19.2, "small": 3.0, "medium": 2.0, "full": 1.0}
