@@ -97,9 +97,10 @@ def main() -> None:
     points, items = [], {}
     for fraction in args.fractions:
         out = root / f"sft_{fraction:g}"
-        # The recipe run's own seed and --patience (a run made with --patience 0 makes a curve without it).
+        # The recipe run's own seed, rate and --patience (a run made with --patience 0 makes a curve without it).
         flags = ["--dataset-path", str(run / "stage1_sft" / "data_curation"), "--checkpoint-path",
-                 str(run / "stage0_pretrain" / "training"), "--seed", str(seed), "--patience", str(config["patience"])]
+                 str(run / "stage0_pretrain" / "training"), "--seed", str(seed), "--lr", repr(config["lr"]),
+                 "--patience", str(config["patience"])]
         flags += ["--steps", str(max(1, round(default["steps"] * fraction)))] if args.quick else \
             ["--epochs", f"{epochs * fraction:.4g}"]
         trained = step(spec["training"], out / "training", *flags)

@@ -52,7 +52,11 @@ from nemotron.training.settings import FineTuningSettings
 # the default gave 0.94, 0.99, 0.93, 0.8x (~1,340 steps) 0.89, 0.76, 0.80 and 1.2x (~2,010) 0.88, 0.93, 0.95:
 # 5 of the 6 lie beyond the default's standard error, 4 beyond two of their paired one (seed 1 at 1.2x too: greedy
 # exact match moves by several questions between neighbouring models even on the plateau), so turning the
-# patience off does not flatten it. The README's "How long SFT trains" has the curve.
+# patience off does not flatten it. On an Intel Xeon (2026-12-05, other rounding; --patience on, default / 0.8x /
+# 1.2x): 0.89 (ended at 1,115 steps) / 0.89 / 0.86, 0.95 (1,434) / 0.81 / 0.83, 0.93 (1,671) / 0.80 / 0.97: flat
+# in seed 0 only. --lr 2e-3 there: 0.92 (1,295) / 0.94 / 0.84, 0.94 (1,314) / 0.91 / 0.88, 0.63 (1,114, before
+# the plateau; its RL gain fell to +0.030 ± 0.011) / 0.83 / 0.95: no flatter, and riskier. The README's "How
+# long SFT trains" has the curve.
 EPOCHS = {"tiny": 19.2, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 400, "small": 1000, "medium": 4000, "full": 20000}
