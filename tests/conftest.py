@@ -47,6 +47,14 @@ def pytest_collection_modifyitems(items):
                                  reads_a_recipe[getattr(item, "module", None)]))  # sort is stable
 
 
+def pytest_sessionstart(session):
+    """SmolLM2's converted copy (nemotron.models.reference.smollm2_folder) goes to a folder the session's
+    workers share, not to the user's cache: a suite from a clean clone converts it once, the first load."""
+    basetemp = session.config._tmp_path_factory.getbasetemp()
+    os.environ["NEMOTRON_CACHE"] = str((basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp)
+                                       / "nemotron-cache")
+
+
 def pytest_collection_finish(session):
     """Start the whole recipe runs the selected tests read, in the background (runs.py)."""
     if not session.config.option.collectonly:

