@@ -1,5 +1,6 @@
 """Shared test setup: everything runs offline on the CPU; whole recipes run once per session (see runs.py)."""
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -80,3 +81,18 @@ def _fresh_tracker_and_stdin():
     trackers._ACTIVE = None
     pipe._STDIN = None
     forget_process_state()
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_found():
+    """A test leaves the root logger's level and handlers as it found them. Data Designer's `DataDesigner(...)`
+    sets the root logger to INFO for the rest of the process (test_sdg_server.py runs it in-process); after that,
+    every INFO record of every library (Megatron logs ~58 per shard merge) is kept by pytest's log capture until
+    the test ends, and the deep tier of test_indexed_random.py, whose Megatron merges call gc.collect() each,
+    walked a list of up to ~116,000 records on every call: 207 s of one core in a whole-suite run, 21 s alone."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in set(root.handlers) - set(handlers):
+        root.removeHandler(handler)
