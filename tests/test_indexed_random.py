@@ -104,9 +104,7 @@ def check_case(seed: int, folder) -> None:
         assert np.array_equal(read.document_indices, np.arange(len(documents) + 1)), f"shard {number}: document_indices"
         write_theirs(theirs, [[document] for document in documents], dtype)
         for suffix in (".bin", ".idx"):
-            # read_bytes closes each file: an open() left to the collector raises a ResourceWarning per file, which
-            # pytest records once a test has switched those on, so the deep tier's gc.collect() calls (one per
-            # add_index, Megatron's) walked ~50,000 recorded warnings: 207 s of CPU in a whole-suite run, not 21.
+            # read_bytes closes each file (an open() left to the collector is a ResourceWarning per file)
             mine, megatron = (Path(f"{p}{suffix}").read_bytes() for p in (ours, theirs))
             assert mine == megatron, f"shard {number}{suffix}: {first_difference(mine, megatron, 'byte')}"
 
