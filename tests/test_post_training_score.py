@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from nemotron.data_prep.post_training.schema import read_records
 from nemotron.data_prep.post_training.selection import select_by_score
+from nemotron.errors import NemotronError
 from nemotron.models.reference import random_reference_model
 from nemotron.recipes.post_training_data import normalize, pools, score
 
@@ -133,7 +135,7 @@ GGUF_LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_
 
 
 @pytest.mark.slow
-def test_smollm2_is_converted_once_into_the_cache_with_the_gguf_weights_bit_for_bit(capfd):
+def test_smollm2_is_converted_once_into_the_cache_with_the_gguf_weights_bit_for_bit(capfd, tmp_path, monkeypatch):
     """The converted folder (made by the test above, or by another worker's server, whichever loaded SmolLM2
     first: conftest.py points NEMOTRON_CACHE at the session's shared folder) holds the GGUF's tensors as the
     `gguf` package itself de-quantizes them, every one, and its tokenizer the GGUF's vocabulary."""
@@ -169,9 +171,17 @@ def test_smollm2_is_converted_once_into_the_cache_with_the_gguf_weights_bit_for_
     assert tokenizer.convert_ids_to_tokens(list(range(len(field.data)))) == [
         bytes(field.parts[i]).decode() for i in field.data]
 
+    # A damaged copy (a disk that filled up, a copy cut short) is one error line saying how to mend it.
+    shutil.copytree(folder, tmp_path / "cache" / folder.name)
+    weights = tmp_path / "cache" / folder.name / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.setenv("NEMOTRON_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(NemotronError, match=f"delete its converted copy under {re.escape(str(tmp_path / 'cache'))} "
+                                            "and it is made again"):
+        load_reference_model(SMOLLM2)
+
 
 def test_an_unwritable_cache_is_one_clear_error_before_converting(tmp_path, monkeypatch):
-    from nemotron.errors import NemotronError
     from nemotron.models.reference import SMOLLM2, load_reference_model
 
     blocker = tmp_path / "a_file"

@@ -102,6 +102,7 @@ def reference_identity(spec: str) -> dict[str, Any]:
 def load_reference_model(spec: str) -> tuple[Any, Any]:
     """(causal LM in float32 eval mode, its tokenizer), offline."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     reference_files(spec)  # a clear error for a folder that is not a model
@@ -109,8 +110,9 @@ def load_reference_model(spec: str) -> tuple[Any, Any]:
         folder = smollm2_folder() if spec == SMOLLM2 else Path(spec)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
-    except (OSError, ValueError) as error:
-        raise NemotronError(f"reference model {spec!r}: cannot load it: {str(error).splitlines()[0]}") from None
+    except (OSError, ValueError, SafetensorError) as error:  # a damaged folder, the cache's copy included
+        fix = f"; delete its converted copy under {cache_root()} and it is made again" if spec == SMOLLM2 else ""
+        raise NemotronError(f"reference model {spec!r}: cannot load it: {str(error).splitlines()[0]}{fix}") from None
     return model.eval(), tokenizer
 
 
