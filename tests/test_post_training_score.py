@@ -233,7 +233,6 @@ def test_collapsed_view_and_nan_embeddings_stop_the_step(tmp_path, scored):
 
     from transformers import BertConfig, BertModel
 
-    from nemotron.errors import NemotronError
     from nemotron.models.embeddings import minilm_folder
     from nemotron.recipes.post_training_data import embed_select
 
