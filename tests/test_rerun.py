@@ -2,7 +2,10 @@
 
 - A copied run folder is the same run: the orchestrator on the copy skips all ten steps.
 - A forced re-run killed with SIGKILL midway leaves the finished artifact verifiable, and running
-  again resumes the staged re-run and swaps it in.
+  again resumes the staged re-run and swaps it in. The stage re-run is stage 2 (pairs, DPO, evaluation: ~15 s
+  on one core), the shortest with a training step that checkpoints midway; stage 1's SFT, which the test
+  re-ran before, cost ~60 s of one core for the same contract (each training step's own resume to the same
+  bytes is tested beside it: tests/test_nano2_stage*_training.py).
 
 The commands run on one core, as the background run that made `nano2_run` did (tests/runs.py: the
 bytes of a run are reproducible for a given thread count), so a step that re-runs makes the same bytes.
@@ -56,9 +59,10 @@ def test_a_copied_run_is_up_to_date_step_for_step(nano2_run: RecipeRun, tmp_path
 def test_a_forced_rerun_killed_midway_leaves_the_finished_artifact_and_resumes(nano2_run: RecipeRun, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(nano2_run.out, copy)
-    stage = copy / "stage1_sft"
-    command = [sys.executable, "-m", "nemotron.recipes.nano2.stage1_sft", "--scale", "tiny", "--output-dir",
-               str(stage), "--checkpoint-path", str(copy / "stage0_pretrain" / "training"), "--force"]
+    stage = copy / "stage2_alignment"
+    command = [sys.executable, "-m", "nemotron.recipes.nano2.stage2_alignment", "--scale", "tiny", "--output-dir",
+               str(stage), "--checkpoint-path", str(copy / "stage1_sft" / "training"),
+               "--dataset-path", str(copy / "stage1_sft" / "data_curation"), "--force"]
     before = json.loads((stage / "training" / "metadata.json").read_text())["digest"]
 
     # Kill the forced re-run once its training has written a checkpoint (into the staging folder).
@@ -80,11 +84,11 @@ def test_a_forced_rerun_killed_midway_leaves_the_finished_artifact_and_resumes(n
     code, stdout, stderr = finish(on_one_core(command, cwd=tmp_path))
     assert code == 0, stderr[-3000:]
     assert f"[note] resuming the unfinished re-run in {staged}" in stderr, stderr
-    rerun = [line for line in stderr.splitlines() if line.startswith("re-running stage1_sft/training")]
+    rerun = [line for line in stderr.splitlines() if line.startswith("re-running stage2_alignment/training")]
     assert len(rerun) == 1 and ": --force;" in rerun[0], stderr
     made = json.loads(stdout)
-    assert made["sftcheckpoint"]["metrics"]["resumed_from_step"] > 0
-    assert made["sftcheckpoint"]["path"] == str((stage / "training").resolve())
+    assert made["dpocheckpoint"]["metrics"]["resumed_from_step"] > 0
+    assert made["dpocheckpoint"]["path"] == str((stage / "training").resolve())
     # One thread, a resumed run: the same bytes as the uninterrupted run that made nano2_run.
     wanted = digests(nano2_run.first.stdout)
     assert digests(stdout) == {kind: wanted[kind] for kind in made}
