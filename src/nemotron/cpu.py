@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from nemotron.errors import NemotronError
 
@@ -79,7 +80,7 @@ def allowed_cores() -> int:
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     try:
-        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text(encoding="ascii").split()
         if quota != "max":
             cores = min(cores, max(1, int(quota) // int(period)))
     except (OSError, ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+from pathlib import Path
 
 from nemotron.errors import NemotronError
 
@@ -48,13 +49,13 @@ def available_memory_bytes() -> int | None:
     """Memory this process may still use: MemAvailable, capped by a cgroup v2 limit; None if unknown."""
     available = None
     try:
-        for line in open("/proc/meminfo", encoding="ascii"):
+        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
             if line.startswith("MemAvailable:"):
                 available = int(line.split()[1]) * 1024
     except OSError:
         return None
     try:
-        limit = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
+        limit = Path("/sys/fs/cgroup/memory.max").read_text(encoding="ascii").strip()
         if limit != "max":
             available = min(available or int(limit), int(limit))
     except (OSError, ValueError):
