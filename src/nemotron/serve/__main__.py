@@ -7,8 +7,8 @@
     python -m nemotron.serve smollm2 --device cuda                      # on the GPU (auto: when there is one)
 
 Each model gets its own engine (`nemotron.serve.engine`): requests to it join and leave its running batch
-between decode steps (`--batching continuous`; `static` is the old one-batch-at-a-time scheduling); each
-model is loaded once and chosen by the request's `model`. A run folder (`runs/nano2`) serves the
+between decode steps, and one forward pass decodes every running request; each model is loaded once and
+chosen by the request's `model`. A run folder (`runs/nano2`) serves the
 checkpoint of each of its stages, in stage order, which the page's compare view sets side by side.
 Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
 What the API answers and refuses: `nemotron.serve.app`. The server binds 127.0.0.1 unless told otherwise;
@@ -44,10 +44,7 @@ class Config(DeviceSettings):  # --device (nemotron.models.device)
     port: int = 8000
     """TCP port."""
     max_batch_size: int = 16
-    """Most requests decoded together in one batch."""
-    batching: str = "continuous"
-    """`continuous`: requests join and leave the running batch between decode steps, so a short request
-    beside a long one is answered at once; `static`: a batch runs until its last row ends (to compare)."""
+    """Most requests decoded together in one forward pass; more wait until a running one ends."""
     num_threads: int = 1
     """torch CPU threads. 1 by default: batching already fills a core, and on a busy 2-core machine two
     threads spin against each other (measured: 0.73 s per decode step with 2 threads, 0.15 s with 1)."""
@@ -78,8 +75,7 @@ def main(config: Config) -> None:
         if model.name in {m.name for m, _ in served}:
             raise NemotronError(f"two models are named {model.name!r}; serve them from two servers")
         served.append((model, Engine(model.model, model.tokenizer, max_batch_size=config.max_batch_size,
-                                     stop_token_ids=model.stop_token_ids,
-                                     batching=config.batching)))
+                                     stop_token_ids=model.stop_token_ids)))
     app = create_app(served, seed=config.seed)
     names = ", ".join(f"{m.name} ({m.format})" for m, _ in served)
     print(f"serve: {names} loaded on {device_name(device)} in {time.perf_counter() - started:.1f}s; chat page at "

@@ -3,36 +3,36 @@
 This is the inside of the model server (`nemotron.serve`) and of the terminal chat (`nemotron.chat`):
 requests arrive one by one (from HTTP handlers, or from the chat loop) and the engine thread decodes them.
 
-Continuous batching (the default, `batching="continuous"`): between two decode steps, waiting requests
-join the running batch and finished or cancelled ones leave it, their future answered and their cache
-freed at once, so a 2-token request sent beside a 200-token one is answered in about its own time
-(benchmarks/bench_serve.py: 0.85 s against 14.9 s static on SmolLM2, 2 cores). Each row keeps its own
-cache (attention KV, and for the hybrid models the Mamba state), is prefilled alone and decodes alone (a
-batch of one per forward pass), so a greedy answer is the same bytes whatever else is in the batch. The
-price: B rows cost B forward passes per step, where one padded batch costs about one on a weight-bound
-CPU: with 8 clients at once, aggregate tokens/s is lower than static batching's (the same benchmark).
-Stacking rows of compatible caches into one pass (vLLM's paged KV) would win it back.
+Continuous batching, in one forward pass per step: between two decode steps, waiting requests join the
+running batch and finished or cancelled ones leave it, their future answered and their cache freed at once,
+so a 2-token request sent beside a 200-token one is answered in about its own time. Every running row is
+decoded by ONE forward pass per step: on a CPU (and more so on a GPU) a decode step is bound by reading the
+weights, not by arithmetic, so B rows per pass cost little more than one (the Orca / vLLM argument;
+`nemotron.sdg.cost.critical_batch_size` puts a number on it). benchmarks/bench_serve.py measures it.
 
-Static batching (`batching="static"`, kept to measure against): waiting requests are collected for a
-few milliseconds and decoded in ONE padded batch until its last row finishes; requests that arrive
-meanwhile wait for the next batch. On a CPU (and even more on a GPU) a decode step is bound by reading
-the weights, not by arithmetic, so B rows per forward pass cost little more than one (the Orca / vLLM
-argument; `nemotron.sdg.cost.critical_batch_size` puts a number on it).
+One decode loop, visible (`_loop`):
+1. join: each waiting request is prefilled alone (its prompt, a batch of one, no padding), and its cache
+   joins the running batch's (`nemotron.serve.stacked`: Mamba states stacked, attention keys and values
+   left-padded to the longest row, masked, each row at its own positions);
+2. step: the rows' pending logits -> per-row grammar mask (xgrammar, when the request asked for a JSON
+   schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p -> append, stop on EOS,
+   a stop string, the grammar's end, or max_tokens;
+3. leave: finished rows are answered and their cache rows dropped;
+4. one forward pass over every remaining row's newest token gives each its next logits.
 
-One decode loop, visible:
-- prefill: the prompts, left-padded so every row's last token sits in the last column, with an
-  attention mask and position ids that skip the padding;
-- each step: logits of the last position -> per-row grammar mask (xgrammar, when the request asked
-  for a JSON schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p ->
-  append, stop on EOS, a stop string, the grammar's end, or max_tokens.
+The same answer whatever else is running: a row's prompt is prefilled alone, so its prompt scores and first
+token never depend on the batch; its decode steps run beside other rows, padded and masked, which changes
+nothing but float rounding (matrix products of another shape sum in another order, ~1e-6 on the log-probs).
+So a greedy completion is the same tokens alone or in any batch unless two tokens' logits come within that
+rounding of each other; tests/test_serve_batching.py checks it for nano2, nano3 and SmolLM2 (tokens equal,
+log-probs within 1e-4, joining mid-stream included) and names the token and the gap if a near-tie ever flips.
 
 Streaming: after every step each row's text so far is decoded again and the part not yet handed out
 goes to the request's `on_text` callback (called on the engine thread). Text that could still become
 a stop string, or that ends in half a UTF-8 character (the replacement character U+FFFD), is held
 back until the next token decides it, so the concatenated deltas are exactly the final text: a
 streamed answer and a non-streamed one are the same bytes. A request whose `cancelled` event is set
-(a client that went away) stops at the next step, with finish_reason "cancelled" (static batching: its
-batch ends as soon as its other rows do).
+(a client that went away) stops at the next step, with finish_reason "cancelled".
 
 Structured outputs: xgrammar (the engine vLLM and SGLang use) compiles a JSON schema into a grammar
 over the tokenizer's vocabulary; at every step it gives the set of tokens that keep the output a
@@ -50,9 +50,7 @@ log-probability: nothing precedes it); with `max_tokens` 0 a request is scored a
 Streaming hands each step's new tokens to `on_logprobs` just before their text goes to `on_text`.
 
 Determinism: temperature 0 is greedy; with temperature > 0 each row samples from its own
-`torch.Generator` seeded with the request's seed, so a request's draws do not depend on the other
-rows. (Static batching only: padding and batch shapes can change float rounding in the logits, so at
-temperature 0 a near-tie may break differently; continuous batching runs each row alone.)
+`torch.Generator` seeded with the request's seed, so a request's draws do not depend on the other rows.
 """
 
 from __future__ import annotations
@@ -60,7 +58,6 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -69,14 +66,11 @@ from typing import Any
 import torch
 
 from nemotron.errors import NemotronError
+from nemotron.serve.stacked import StackedCache
 
-# How long the engine waits for more requests to join a batch. 8 client threads need more than 10 ms
-# to all arrive; with 10 ms the first ran as a batch of one (bench_sdg_server: 1.45x at 10 ms, 3.61x at 50 ms).
-COLLECT_SECONDS = 0.05
 # A temperature below this is greedy: logits / 1e-40 overflow float32 to inf, and the softmax of inf is NaN
 # (vLLM draws the same line, at the same value).
 GREEDY_BELOW = 1e-5
-BATCHING = ("continuous", "static")
 
 
 @dataclass
@@ -130,23 +124,20 @@ class _Row:
     sent: int = 0  # characters of `text` already handed to on_text
     done: bool = False
     finish_reason: str = "length"
-    past: Any = None  # continuous batching: this row's own cache (attention KV, Mamba state)
-    logits: torch.Tensor | None = None  # continuous batching: the logits of its next position
+    error: Exception | None = None  # what failed it (answered as the future's exception)
+    logits: torch.Tensor | None = None  # the logits of its next position, until the step picks from them
 
 
 class Engine:
     """Owns the model; `submit(request)` returns a Future that the engine thread completes."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, stop_token_ids: list[int] = (),
-                 batching: str = "continuous"):
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, stop_token_ids: list[int] = ()):
         """`stop_token_ids`: ids that end a completion besides EOS (a chat format's end of turn, `<|im_end|>`).
-        `batching`: "continuous" (requests join and leave between decode steps) or "static" (the old way,
-        kept to measure against: a batch runs until its last row finishes)."""
+        `max_batch_size`: most requests decoded together; more wait until a row leaves."""
         import xgrammar
 
-        if batching not in BATCHING:
-            raise NemotronError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
-        self.model, self.tokenizer, self.max_batch_size, self.batching = model, tokenizer, max_batch_size, batching
+        self.model, self.tokenizer, self.max_batch_size = model, tokenizer, max_batch_size
+        self.device = next(model.parameters()).device
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])  # logits width (may exceed len(tokenizer))
         self.eos_ids = eos_ids(model, tokenizer, stop_token_ids)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
@@ -159,8 +150,7 @@ class Engine:
         self._queue: queue.Queue[tuple[GenerationRequest, Future]] = queue.Queue()
         self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "generated_tokens": 0, "cancelled": 0,
                       "steps": 0}
-        loop = self._loop if batching == "static" else self._continuous_loop
-        self._thread = threading.Thread(target=loop, name="nemotron-engine", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="nemotron-engine", daemon=True)
         self._thread.start()
 
     # ----------------------------------------------------------------------------------------------
@@ -202,106 +192,115 @@ class Engine:
     # ----------------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        """The decode loop: join (prefill alone, stack) -> one step over every row -> leave (unstack)."""
+        rows: list[_Row] = []
+        stacked = StackedCache()
         while True:
-            batch = [self._queue.get()]
-            deadline = time.monotonic() + COLLECT_SECONDS
-            while len(batch) < self.max_batch_size:  # let concurrent requests join this batch
+            # 1. join: waiting requests (blocking only while idle), each prefilled alone, its cache stacked
+            for request, future in self._waiting(block=not rows, room=self.max_batch_size - len(rows)):
+                row = _Row(request, future, None)
                 try:
-                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
-                except queue.Empty:
-                    break
-            try:
-                self._generate([_Row(r, f, _generator(r), self._matcher(r)) for r, f in batch])
-            except Exception as error:  # never let one bad batch kill the server
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
-
-    def _continuous_loop(self) -> None:
-        """Continuous batching: between two decode steps, waiting requests join (each prefilled alone, into
-        its own cache) and finished or cancelled ones leave (their future answered at once)."""
-        active: list[_Row] = []
-        while True:
-            running = bool(active)
-            waiting = []
-            if not active:
-                waiting.append(self._queue.get())
-            while len(active) + len(waiting) < self.max_batch_size:
-                try:
-                    waiting.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            for request, future in waiting:
-                row = None
-                try:
-                    row = _Row(request, future, _generator(request), self._matcher(request))
+                    row.generator, row.matcher = _generator(request), self._matcher(request)
                     self.stats["requests"] += 1
-                    self._prefill(row)
-                    active.append(row)
+                    cache = self._prefill(row)
                 except Exception as error:  # one bad request never stops the others
-                    if not future.done():
-                        future.set_exception(error)
-            if active:
-                if not running:  # "batches" here: busy spells, from the first row joining an idle engine
-                    self.stats["batches"] += 1
-                self.stats["steps"] += 1
-                self.stats["max_batch"] = max(self.stats["max_batch"], len(active))
-            for row in list(active):
-                try:
-                    self._step(row)
-                except Exception as error:
-                    row.done = True
-                    if not row.future.done():
-                        row.future.set_exception(error)
+                    row.done, row.error = True, error
                 if row.done:
-                    active.remove(row)
-                    row.past = row.logits = None  # its place and its cache are free now
-                    if not row.future.done():
-                        self._finish(row)
+                    self._answer(row)
+                    continue
+                if not rows:  # "batches": busy spells, from the first row joining an idle engine
+                    self.stats["batches"] += 1
+                rows.append(row)
+                stacked.add(cache, len(request.prompt_ids))
+            if not rows:
+                continue
+            self.stats["steps"] += 1
+            self.stats["max_batch"] = max(self.stats["max_batch"], len(rows))
+            # 2. one token per row from its pending logits: grammar mask, sampling, stops
+            self._choose(rows)
+            # 3. leave: finished rows are answered and their cache rows dropped
+            kept = [i for i, row in enumerate(rows) if not row.done]
+            for row in rows:
+                if row.done:
+                    self._answer(row)
+            rows = [rows[i] for i in kept]
+            stacked.keep(kept)
+            # 4. one forward pass over every running row's newest token
+            if rows:
+                try:
+                    self._forward(rows, stacked)
+                except Exception as error:  # the batch's shared state is gone: fail its rows, start afresh
+                    for row in rows:
+                        row.done, row.error = True, error
+                        self._answer(row)
+                    rows, stacked = [], StackedCache()
+
+    def _waiting(self, block: bool, room: int) -> list[tuple[GenerationRequest, Future]]:
+        waiting = [self._queue.get()] if block else []
+        while len(waiting) < room:
+            try:
+                waiting.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return waiting
 
     @torch.no_grad()
-    def _prefill(self, row: _Row) -> None:
-        """Run `row`'s prompt alone through the model: its cache, its next logits, its prompt's scores."""
-        device = next(self.model.parameters()).device
-        ids = torch.tensor([row.request.prompt_ids], dtype=torch.long, device=device)
+    def _prefill(self, row: _Row) -> Any:
+        """Run `row`'s prompt alone through the model; returns its cache (None when it is scored only)."""
+        ids = torch.tensor([row.request.prompt_ids], dtype=torch.long, device=self.device)
         output = self.model(input_ids=ids, use_cache=True)
         if row.request.prompt_logprobs:
             row.prompt_logprobs = self._score_prompt(row.request, output.logits[0])
         if row.request.max_tokens == 0:  # scored only (echo with max_tokens 0)
             row.done = True
-            return
-        row.past, row.logits = output.past_key_values, output.logits[0, -1, :].float().cpu()
+            return None
+        row.logits = output.logits[0, -1, :].float().cpu()
+        return output.past_key_values
+
+    def _choose(self, rows: list[_Row]) -> None:
+        """Each row's next token from its pending logits; a row whose client went away stops here."""
+        logits = torch.stack([row.logits for row in rows])
+        # the model's own distribution, before the grammar mask and the sampling settings change it
+        raw = torch.log_softmax(logits, dim=-1) if any(r.request.logprobs is not None for r in rows) else None
+        constrained = [i for i, row in enumerate(rows) if row.matcher is not None]
+        if constrained:  # tokens that cannot continue a valid JSON document get -inf
+            bitmask = self._xgr.allocate_token_bitmask(len(rows), self.vocab_size)
+            for i in constrained:
+                rows[i].matcher.fill_next_token_bitmask(bitmask, i)
+            self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=constrained)
+        for i, row in enumerate(rows):
+            row.logits = None
+            if row.request.cancelled.is_set():
+                row.done, row.finish_reason = True, "cancelled"
+                self.stats["cancelled"] += 1
+                continue
+            try:
+                token = self._pick(row, logits[i])
+                if raw is not None and row.request.logprobs is not None:
+                    row.logprobs.append(top_logprobs(raw[i], token, row.request.logprobs))
+                self._append(row, token)
+            except Exception as error:  # a failing callback (a client's stream) ends its own row only
+                row.done, row.error = True, error
 
     @torch.no_grad()
-    def _step(self, row: _Row) -> None:
-        """One token for `row` from its pending logits, then (unless it finished) one forward pass for the next.
-        A row decodes alone (batch of one), so its greedy output does not depend on the other rows."""
-        if row.done:
-            return
-        if row.request.cancelled.is_set():  # the client went away: stop here
-            row.done, row.finish_reason = True, "cancelled"
-            self.stats["cancelled"] += 1
-            return
-        logits = row.logits
-        raw = torch.log_softmax(logits, dim=-1) if row.request.logprobs is not None else None
-        if row.matcher is not None:
-            bitmask = self._xgr.allocate_token_bitmask(1, self.vocab_size)
-            row.matcher.fill_next_token_bitmask(bitmask, 0)
-            logits = logits[None].clone()
-            self._xgr.apply_token_bitmask_inplace(logits, bitmask)
-            logits = logits[0]
-        token = self._pick(row, logits)
-        if raw is not None:
-            row.logprobs.append(top_logprobs(raw, token, row.request.logprobs))
-        self._append(row, token)
-        if row.done:
-            return
-        device = next(self.model.parameters()).device
-        output = self.model(input_ids=torch.tensor([[token]], dtype=torch.long, device=device),
-                            past_key_values=row.past, use_cache=True)
-        row.past, row.logits = output.past_key_values, output.logits[0, -1, :].float().cpu()
+    def _forward(self, rows: list[_Row], stacked: StackedCache) -> None:
+        """One decode step of every row: its newest token, at its own position, over its own cache rows."""
+        mask, positions = stacked.step_inputs(self.device)
+        tokens = torch.tensor([[row.ids[-1]] for row in rows], dtype=torch.long, device=self.device)
+        output = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                            past_key_values=stacked.cache, use_cache=True)
+        stacked.cache = output.past_key_values
+        stacked.advance()
+        logits = output.logits[:, -1, :].float().cpu()
+        for i, row in enumerate(rows):
+            row.logits = logits[i]
 
-    def _finish(self, row: _Row) -> None:
+    def _answer(self, row: _Row) -> None:
+        if row.future.done():
+            return
+        if row.error is not None:
+            row.future.set_exception(row.error)
+            return
         self.stats["generated_tokens"] += len(row.ids)
         row.future.set_result(GenerationResult(
             row.text, row.ids, row.finish_reason, row.logprobs if row.request.logprobs is not None else None,
@@ -312,64 +311,6 @@ class Engine:
             return None
         return self._xgr.GrammarMatcher(self.grammar(request))
 
-    @torch.no_grad()
-    def _generate(self, rows: list[_Row]) -> None:
-        self.stats["batches"] += 1
-        self.stats["requests"] += len(rows)
-        self.stats["max_batch"] = max(self.stats["max_batch"], len(rows))
-        device = next(self.model.parameters()).device
-        # --- prefill: left padding puts every row's last prompt token in the last column ---
-        width = max(len(row.request.prompt_ids) for row in rows)
-        input_ids = torch.zeros((len(rows), width), dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            n = len(row.request.prompt_ids)
-            input_ids[i, width - n:] = torch.tensor(row.request.prompt_ids)
-            attention[i, width - n:] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        bitmask = self._xgr.allocate_token_bitmask(len(rows), self.vocab_size)
-        for row in rows:
-            if row.request.max_tokens == 0:  # scored only (echo with max_tokens 0): done after the prefill
-                row.done = True
-        past, step_input, step_positions = None, input_ids, positions
-        for step in range(max(1, *(row.request.max_tokens for row in rows))):
-            output = self.model(input_ids=step_input.to(device), attention_mask=attention.to(device),
-                                position_ids=step_positions.to(device), past_key_values=past, use_cache=True)
-            if step == 0:
-                for i, row in enumerate(rows):
-                    if row.request.prompt_logprobs:
-                        prompt = output.logits[i, width - len(row.request.prompt_ids):]
-                        row.prompt_logprobs = self._score_prompt(row.request, prompt)
-            if all(row.done for row in rows):
-                break
-            past = output.past_key_values
-            logits = output.logits[:, -1, :].float().cpu()
-            # the model's own distribution, before the grammar mask and the sampling settings change it
-            raw = torch.log_softmax(logits, dim=-1) if any(r.request.logprobs is not None for r in rows) else None
-            # --- grammar: tokens that cannot continue a valid JSON document get -inf ---
-            constrained = [i for i, row in enumerate(rows) if row.matcher is not None and not row.done]
-            if constrained:
-                for i in constrained:
-                    rows[i].matcher.fill_next_token_bitmask(bitmask, i)
-                self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=constrained)
-            next_ids = [self._pick(row, logits[i]) for i, row in enumerate(rows)]
-            for i, (row, token) in enumerate(zip(rows, next_ids, strict=True)):
-                if not row.done and row.request.cancelled.is_set():  # the client went away: stop here
-                    row.done, row.finish_reason = True, "cancelled"
-                    self.stats["cancelled"] += 1
-                elif not row.done:
-                    if row.request.logprobs is not None:
-                        row.logprobs.append(top_logprobs(raw[i], token, row.request.logprobs))
-                    self._append(row, token)
-            if all(row.done for row in rows):
-                break
-            # Finished rows keep decoding a token nobody reads until the batch ends (static batching).
-            step_input = torch.tensor(next_ids, dtype=torch.long)[:, None]
-            step_positions = step_positions[:, -1:] + 1
-            attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
-        for row in rows:
-            self._finish(row)
-
     def _score_prompt(self, request: GenerationRequest, logits: torch.Tensor) -> list[TokenLogprob | None]:
         """Each prompt token's log-prob from the logits of the position before it (`logits`: the prompt's rows)."""
         log_probs = torch.log_softmax(logits[:-1].float().cpu(), dim=-1)
@@ -378,8 +319,6 @@ class Engine:
                                                                            strict=True)]
 
     def _pick(self, row: _Row, logits: torch.Tensor) -> int:
-        if row.done:
-            return self.eos_ids[0]
         if row.request.temperature < GREEDY_BELOW:
             return int(torch.argmax(logits))
         probs = torch.softmax(logits / row.request.temperature, dim=-1)
