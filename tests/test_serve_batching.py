@@ -111,3 +111,19 @@ def test_smollm2_greedy_tokens_and_logprobs_do_not_depend_on_the_batch():
     from nemotron.models.reference import SMOLLM2, load_reference_model
 
     check_batch_invariance(*load_reference_model(SMOLLM2), count=4)
+
+
+def test_a_request_whose_cache_would_not_fit_is_refused_with_the_figure(tokenizer):
+    """A full batch padded to this request's length must fit the memory the server keeps for caches."""
+    from nemotron.errors import NemotronError
+    from nemotron.models import nano2
+    from nemotron.models.hybrid import build_model
+
+    model = build_model(nano2.build_config("tiny", len(tokenizer)), seed=0).eval()
+    probe = Engine(model, tokenizer, max_batch_size=4)
+    assert probe.row_bytes > 0 and probe.token_bytes_per_row > 0  # Mamba states; attention keys and values
+    budget = probe.batch_bytes(100)
+    engine = Engine(model, tokenizer, max_batch_size=4, cache_memory=budget)
+    assert engine.submit(request([9] * 50, max_tokens=50)).result(timeout=60).completion_ids
+    with pytest.raises(NemotronError, match=r"\(101 tokens\) needs .* MiB of cache per row, .* batch of 4 rows"):
+        engine.submit(request([9] * 51, max_tokens=50))

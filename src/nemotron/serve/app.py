@@ -117,7 +117,10 @@ class ServedModels:
              "nemotron": {**m.identity, "format": m.format, "reasons": m.reasons, "sampling": m.sampling,
                           "single_turn": m.single_turn,
                           "parameters": sum(p.numel() for p in m.model.parameters()),
-                          "context": e.max_positions}} for m, e in self.served]}
+                          "context": e.max_positions,
+                          "cache": {"max_batch_size": e.max_batch_size, "bytes_per_row": e.row_bytes,
+                                    "bytes_per_token": e.token_bytes_per_row, "memory": e.cache_memory}}}
+            for m, e in self.served]}
 
 
 def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastAPI:

@@ -66,7 +66,7 @@ from typing import Any
 import torch
 
 from nemotron.errors import NemotronError
-from nemotron.serve.stacked import StackedCache
+from nemotron.serve.stacked import StackedCache, free_memory, row_cost
 
 # A temperature below this is greedy: logits / 1e-40 overflow float32 to inf, and the softmax of inf is NaN
 # (vLLM draws the same line, at the same value).
@@ -131,13 +131,20 @@ class _Row:
 class Engine:
     """Owns the model; `submit(request)` returns a Future that the engine thread completes."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, stop_token_ids: list[int] = ()):
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, stop_token_ids: list[int] = (),
+                 cache_memory: int | None = None):
         """`stop_token_ids`: ids that end a completion besides EOS (a chat format's end of turn, `<|im_end|>`).
-        `max_batch_size`: most requests decoded together; more wait until a row leaves."""
+        `max_batch_size`: most requests decoded together; more wait until a row leaves. `cache_memory`: bytes
+        the batch's caches may take (default: `stacked.free_memory`); a request that could not fit is refused."""
         import xgrammar
 
         self.model, self.tokenizer, self.max_batch_size = model, tokenizer, max_batch_size
         self.device = next(model.parameters()).device
+        with torch.no_grad():  # one token's cache: what a row costs, fixed and per token
+            cache = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
+                          use_cache=True).past_key_values
+        self.row_bytes, self.token_bytes_per_row = row_cost(cache)
+        self.cache_memory = free_memory(self.device) if cache_memory is None else cache_memory
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])  # logits width (may exceed len(tokenizer))
         self.eos_ids = eos_ids(model, tokenizer, stop_token_ids)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
@@ -168,11 +175,26 @@ class Engine:
         bad = [t for t in request.prompt_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise NemotronError(f"token id {bad[0]} is outside the model's vocabulary (0..{self.vocab_size - 1})")
+        self.check_fits(len(request.prompt_ids) + request.max_tokens)
         if request.json_schema is not None or request.json_object:
             self.grammar(request)  # compile now, so a bad schema is the caller's 400, not an engine failure
         future: Future = Future()
         self._queue.put((request, future))
         return future
+
+    def batch_bytes(self, tokens: int) -> int:
+        """Cache bytes of a full batch whose longest row holds `tokens`: every row is padded to it."""
+        return self.max_batch_size * (self.row_bytes + tokens * self.token_bytes_per_row)
+
+    def check_fits(self, tokens: int) -> None:
+        """Refuse, before it runs, a request of `tokens` (prompt + max_tokens) whose batch's cache could not fit."""
+        need = self.batch_bytes(tokens)
+        if self.cache_memory is not None and need > self.cache_memory:
+            row = self.row_bytes + tokens * self.token_bytes_per_row
+            raise NemotronError(f"prompt + max_tokens ({tokens} tokens) needs {row / 2**20:.1f} MiB of cache per row, "
+                                f"{need / 2**20:.0f} MiB for a batch of {self.max_batch_size} rows padded to it, more "
+                                f"than the {self.cache_memory / 2**20:.0f} MiB this server has for caches; ask for "
+                                "fewer tokens, or serve with a smaller --max-batch-size")
 
     def grammar(self, request: GenerationRequest) -> Any:
         key = "json_object" if request.json_schema is None else json.dumps(request.json_schema, sort_keys=True)

@@ -14,11 +14,12 @@ a plain forward pass), and its cache then joins the running batch's, row by row,
 
 A row that finishes leaves at once (its cache rows are dropped); padding columns no remaining row needs are
 cut then. Memory: a row costs its attention keys and values (2 x layers x kv heads x head_dim x width
-floats, `width` the longest row's tokens) plus its Mamba states (`row_bytes`), whatever its own length.
+floats, `width` the longest row's tokens) plus its Mamba states, whatever its own length (`row_cost`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -103,17 +104,28 @@ def _check_layers(cache: Any) -> None:
                                 "serve this model with vLLM or transformers' generate")
 
 
-def row_bytes(cache: Any, length: int) -> int:
-    """Bytes of one row's cache of a batch of one holding `length` tokens: the Mamba states plus the
-    attention keys and values (which grow by one column per token)."""
-    total = 0
+def row_cost(cache: Any) -> tuple[int, int]:
+    """(bytes, bytes per token) of one row of `cache` (a batch of one): its fixed-size Mamba states, and what
+    each token adds (a key and a value per attention layer). A row of a batch padded to `width` tokens costs
+    bytes + width x bytes per token."""
+    fixed = per_token = 0
     for layer in cache.layers:
         if isinstance(layer, LinearAttentionCacheLayerMixin):
             for i in range(layer.number_of_states):
                 for state in (layer.conv_states[i], layer.recurrent_states[i]):
                     if state is not None:
-                        total += state.numel() * state.element_size()
+                        fixed += state.numel() * state.element_size()
         if isinstance(layer, DynamicLayer) and layer.is_initialized:
-            per_column = layer.keys[..., :1, :].numel() * layer.keys.element_size()
-            total += 2 * per_column * length
-    return total
+            per_token += 2 * layer.keys[..., :1, :].numel() * layer.keys.element_size()
+    return fixed, per_token
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes the caches may take on `device`: half the free physical memory of a CPU (the rest is the
+    process's and its neighbours'), 90% of a GPU's free memory after the weights; None when unknown."""
+    if device.type == "cuda":
+        return int(0.9 * torch.cuda.mem_get_info(device)[0])
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):  # not Linux: no check
+        return None
