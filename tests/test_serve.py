@@ -484,12 +484,24 @@ def test_a_single_turn_model_is_asked_one_turn_at_a_time_until_history_on(runs, 
     assert "trained on single turns" in capsys.readouterr().err
 
 
-def test_the_api_chat_and_page_share_one_default_sampling(server, client):
-    from nemotron.serve.models import DEFAULT_SAMPLING
+def test_a_request_without_sampling_settings_is_sampled_as_vllm_would_and_the_page_sends_greedy(server, client,
+                                                                                                   tmp_path):
+    """vLLM's default: the model's generation_config.json, else temperature 1 and top_p 1 (what OpenAI's API does
+    and clients rely on); the page and the terminal chat send their greedy setting explicitly."""
+    from nemotron.chat.__main__ import Config as ChatConfig
+    from nemotron.serve.app import PAGE
+    from nemotron.serve.models import FALLBACK_SAMPLING, default_sampling
 
     listed = {m.id: m.model_extra["nemotron"] for m in client.models.list().data}
-    assert listed[DPO]["sampling"] == DEFAULT_SAMPLING and listed[RL]["single_turn"]
+    assert {k: listed[DPO]["sampling"][k] for k in FALLBACK_SAMPLING} == {"temperature": 1.0, "top_p": 1.0}
+    assert listed[DPO]["sampling"]["from"].startswith("fallback") and listed[RL]["single_turn"]
     default = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, seed=7)
-    greedy = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, temperature=0, seed=3)
-    assert DEFAULT_SAMPLING["temperature"] == 0
-    assert default.choices[0].message.content == greedy.choices[0].message.content
+    at_one = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, temperature=1, seed=7)
+    greedy = client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=12, temperature=0, seed=7)
+    assert default.choices[0].message.content == at_one.choices[0].message.content
+    assert default.choices[0].message.content != greedy.choices[0].message.content
+    (tmp_path / "generation_config.json").write_text('{"temperature": 0.6, "top_p": 0.95, "eos_token_id": 2}')
+    assert default_sampling(tmp_path) == {"temperature": 0.6, "top_p": 0.95, "from": "generation_config.json"}
+    page = PAGE.read_text()
+    assert 'id="temperature" value="0"' in page and "temperature: view.temperature" in page
+    assert ChatConfig().temperature == 0

@@ -10,10 +10,10 @@ message is asked alone, the chat says so at start, and `/history on` keeps the c
 with the checkpoint's own template (from its tokenizer, `nemotron.serve.models`); tokens are printed as the
 engine decodes them (the same `nemotron.serve.engine` the server runs, so what you see here is what an
 API client gets). Commands: `/reset` (forget the conversation), `/history on|off`, `/temperature T` (0 =
-greedy, the default: the model's default sampling, `nemotron.serve.models.DEFAULT_SAMPLING`, as in the
-API and on the page), `/system TEXT` (a system message; `/system` alone removes it), `/reasoning on|off`
-(nano3: think first, or answer at once), `/quit`. A pretrain checkpoint never learnt to chat: each line
-you type is continued as plain text, with no memory of earlier lines.
+greedy, the default, sent explicitly as the chat page does; an API request that names none is sampled as
+vLLM would, `nemotron.serve.models.default_sampling`), `/system TEXT` (a system message; `/system` alone
+removes it), `/reasoning on|off` (nano3: think first, or answer at once), `/quit`. A pretrain checkpoint
+never learnt to chat: each line you type is continued as plain text, with no memory of earlier lines.
 
 The answer goes to stdout and everything else (reasoning, banners, prompts) to stderr, so
 `answer=$(python -m nemotron.chat ... --prompt "...")` captures the answer alone. Colour (dim
@@ -35,9 +35,9 @@ from nemotron.models.device import DeviceSettings
 
 @dataclass
 class Config(DeviceSettings):  # --device (nemotron.models.device)
-    """Chat with a checkpoint in the terminal. Default sampling: greedy (temperature 0, top_p 1), the same as
-    the server's API and page (`nemotron.serve.models.DEFAULT_SAMPLING`). A model trained on single turns
-    (nano3) is asked one turn at a time unless `--history` (or `/history on`)."""
+    """Chat with a checkpoint in the terminal. Default sampling: greedy (temperature 0, top_p 1), as on the
+    server's chat page (the API's default for a request that names none is vLLM's: temperature 1). A model
+    trained on single turns (nano3) is asked one turn at a time unless `--history` (or `/history on`)."""
 
     model: tyro.conf.Positional[str | None] = None
     """A checkpoint artifact folder, a Hugging Face model folder or `smollm2`; default: the newest chat
@@ -48,8 +48,9 @@ class Config(DeviceSettings):  # --device (nemotron.models.device)
     """A system message to start the conversation with."""
     reasoning: bool = True
     """nano3: reason before answering (the reasoning is shown apart from the answer)."""
-    temperature: float | None = None
-    """0 is greedy: the same question gets the same answer; default: the model's default sampling."""
+    temperature: float = 0.0
+    """0 is greedy: the same question gets the same answer (the small models the recipes make answer sense
+    greedily and noise at temperature 1)."""
     history: bool | None = None
     """Keep the conversation turn after turn; default: yes, except for a model trained on single turns."""
     max_tokens: int = 256
@@ -95,7 +96,7 @@ class Chat:
 
     def __init__(self, served, engine, config: Config, terminal: Terminal):
         self.served, self.engine, self.config, self.terminal = served, engine, config, terminal
-        self.temperature = served.sampling["temperature"] if config.temperature is None else config.temperature
+        self.temperature = config.temperature
         self.system, self.reasoning = config.system, config.reasoning
         self.history = not served.single_turn if config.history is None else config.history
         self.turns: list[dict] = []
@@ -137,7 +138,7 @@ class Chat:
                 self.terminal.answer(answer)
 
         request = GenerationRequest(prompt_ids=ids, max_tokens=min(self.config.max_tokens, room),
-                                    temperature=self.temperature, top_p=self.served.sampling["top_p"],
+                                    temperature=self.temperature, top_p=1.0,
                                     seed=self.config.seed + self.count, on_text=show)
         self.count += 1
         result = self.engine.submit(request).result()

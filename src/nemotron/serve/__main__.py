@@ -30,8 +30,8 @@ from nemotron.models.device import DeviceSettings
 @dataclass
 class Config(DeviceSettings):  # --device (nemotron.models.device)
     """Serve models behind an OpenAI-compatible HTTP API and a chat page on 127.0.0.1. A request that names no
-    temperature / top_p gets the default sampling, greedy (temperature 0, top_p 1): the same as the terminal
-    chat and the page (`nemotron.serve.models.DEFAULT_SAMPLING`)."""
+    temperature / top_p is sampled as vLLM would: the model's generation_config.json, else temperature 1 and
+    top_p 1 (`nemotron.serve.models.default_sampling`); the page and the terminal chat send greedy explicitly."""
 
     models: tyro.conf.Positional[tuple[str, ...]] = ("smollm2",)
     """Checkpoint artifact folders, Hugging Face model folders, a recipe's run folder (each stage's checkpoint),

@@ -17,9 +17,10 @@ what the context leaves, at most 512). A reasoning model (nano3) returns its rea
 answer, as `reasoning_content` and `reasoning` (the two names clients read), in messages and in
 deltas; `chat_template_kwargs: {"enable_thinking": false}` switches it off per request. `response_format`
 `json_schema` / `json_object` constrains decoding with xgrammar; `temperature` 0 is greedy; a request that
-names no `temperature` / `top_p` gets the model's default sampling (`serve.models.DEFAULT_SAMPLING`: greedy,
-not OpenAI's 1, so the API, the terminal chat and the page answer alike; /v1/models shows it as `sampling`);
-`seed` seeds sampling. A client that disconnects mid-stream stops its generation.
+names no `temperature` / `top_p` is sampled as vLLM would: with the model's generation_config.json, else
+temperature 1 and top_p 1 (`serve.models.default_sampling`; /v1/models shows it as `sampling`, with `from`
+saying which; the chat page and the terminal chat send greedy explicitly); `seed` seeds sampling. A client
+that disconnects mid-stream stops its generation.
 
 Log-probabilities, in the OpenAI API's shapes (and vLLM's): chat `logprobs: true` with `top_logprobs: k`
 (0-20) gives `choices[].logprobs.content[]` = `{token, logprob, bytes, top_logprobs: [k x {token, logprob,
@@ -102,9 +103,10 @@ class ServedModels:
                              "model", "model_not_found")
         return self.by_name[name]
 
-    def request(self, body: dict, prompt_ids: list[int], engine: Engine, chat: bool, where: str) -> GenerationRequest:
-        return validation.checked(
-            lambda: validation.generation_request(body, prompt_ids, engine, chat, where, self.seeds))
+    def request(self, body: dict, model: ServedModel, prompt_ids: list[int], engine: Engine, chat: bool,
+                where: str) -> GenerationRequest:
+        return validation.checked(lambda: validation.generation_request(body, prompt_ids, engine, chat, where,
+                                                                        self.seeds, model.sampling))
 
     def health(self) -> dict:
         return {"status": "ok", "models": list(self.by_name),
@@ -175,7 +177,7 @@ async def chat(body: dict, models: ServedModels):
         raise BadRequest(str(bad), "messages") from None
     if prefix:  # the answer so far, tokenized as text after the generation prompt (as vLLM does)
         prompt_ids = prompt_ids + model.text_ids(prefix)
-    request = models.request(body, prompt_ids, engine, True, "the prompt")
+    request = models.request(body, model, prompt_ids, engine, True, "the prompt")
     splitter = ReasoningSplitter(thinking) if model.reasons and prefix is None else None
     reply = Reply("chat.completion", model, engine, [request], [splitter])
     if body.get("stream"):
@@ -196,8 +198,9 @@ async def complete(body: dict, models: ServedModels):
     if echo and body.get("stream"):
         raise BadRequest("echo is not supported with stream: true; ask without streaming", "echo",
                          "unsupported_value")
-    requests = [models.request(body, model.completion_ids(p) if isinstance(p, str) else list(p), engine, False,
-                               "the prompt" if len(prompts) == 1 else f"prompt {i}") for i, p in enumerate(prompts)]
+    requests = [models.request(body, model, model.completion_ids(p) if isinstance(p, str) else list(p), engine,
+                               False, "the prompt" if len(prompts) == 1 else f"prompt {i}")
+                for i, p in enumerate(prompts)]
     reply = Reply("text_completion", model, engine, requests, [None] * len(requests),
                   echo=[p if isinstance(p, str) else None for p in prompts] if echo else None)
     if body.get("stream"):

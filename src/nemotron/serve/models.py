@@ -25,6 +25,7 @@ under `runs/`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,11 @@ from nemotron.artifact import read_metadata
 from nemotron.errors import NemotronError
 
 FORMATS = ("nano2", "nano3", "jinja", "completion")  # how a chat becomes a prompt; completion: no chat
-# The one default sampling of a served model, used by the API (a request that names no temperature / top_p),
-# the terminal chat and the page (read from /v1/models): greedy. The small models the recipes make give
-# sense greedily and noise at temperature 1, so the same question gets the same answer everywhere.
-DEFAULT_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
+# A request that names no temperature / top_p is sampled as vLLM samples it: with what the model's
+# generation_config.json declares, else these (OpenAI's API defaults too). Clients rely on it: greedy decoding
+# of a small model loops (SmolLM2 with a JSON schema writes `"tags": ["new", "new", ...]` until max_tokens).
+# The chat page and the terminal chat send their own setting, greedy, explicitly.
+FALLBACK_SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 # Formats whose recipe trains on one user turn per conversation: nano3's SFT and RL stages (a question, its
 # reasoning and answer). Chatted with one turn at a time by default, since earlier turns only confuse them.
 SINGLE_TURN_FORMATS = ("nano3",)
@@ -49,16 +51,12 @@ class ServedModel:
     tokenizer: Any
     format: str  # one of FORMATS
     identity: dict = field(default_factory=dict)  # what it is: artifact type, path, digest; or files' sha256
+    sampling: dict = field(default_factory=lambda: default_sampling(None))  # a request's defaults (`default_sampling`)
 
     @property
     def reasons(self) -> bool:
         """True when the model writes a reasoning trace before its answer (nano3)."""
         return self.format == "nano3"
-
-    @property
-    def sampling(self) -> dict:
-        """This model's default sampling settings (`DEFAULT_SAMPLING`)."""
-        return dict(DEFAULT_SAMPLING)
 
     @property
     def single_turn(self) -> bool:
@@ -118,6 +116,21 @@ def chat_format(tokenizer: Any) -> str:
     return {known.jinja: name for name, known in CHAT_TEMPLATES.items()}.get(template, "jinja")
 
 
+def default_sampling(folder: Path | None) -> dict:
+    """The temperature and top_p of a request that names none, as vLLM picks them: those the model folder's
+    generation_config.json declares, else `FALLBACK_SAMPLING`; `from` says which."""
+    path = None if folder is None else Path(folder) / "generation_config.json"
+    declared = {}
+    if path is not None and path.is_file():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as error:
+            raise NemotronError(f"{path} is not JSON ({error}); fix or delete it") from None
+        declared = {k: float(config[k]) for k in FALLBACK_SAMPLING if isinstance(config.get(k), (int, float))}
+    source = "generation_config.json" if declared else "fallback (vLLM's and OpenAI's: temperature 1, top_p 1)"
+    return {**FALLBACK_SAMPLING, **declared, "from": source}
+
+
 def is_base_checkpoint(artifact_type: str) -> bool:
     """Pretrain checkpoints (nano2's `pretraincheckpoint`, nano3's `nano3pretraincheckpoint`) are base models."""
     return artifact_type.endswith("pretraincheckpoint")
@@ -130,9 +143,11 @@ def load_served(spec: str | Path, name: str | None = None, device: Any = "cpu") 
     from nemotron.models.reference import SMOLLM2, load_reference_model, reference_identity
 
     if str(spec) == SMOLLM2:
+        from nemotron.models.reference import smollm2_folder
+
         model, tokenizer = load_reference_model(SMOLLM2)
         return ServedModel(name or "smollm2-135m-instruct", model.to(device), tokenizer, chat_format(tokenizer),
-                           reference_identity(SMOLLM2))
+                           reference_identity(SMOLLM2), default_sampling(smollm2_folder()))
     folder = Path(spec)
     if (folder / "metadata.json").is_file():
         meta = read_metadata(folder)
@@ -142,11 +157,12 @@ def load_served(spec: str | Path, name: str | None = None, device: Any = "cpu") 
         model, tokenizer = load_model(meta["model_dir"])
         kind = "completion" if is_base_checkpoint(meta.get("type", "")) else chat_format(tokenizer)
         identity = {"artifact": meta.get("type"), "path": str(folder.resolve()), "digest": meta.get("digest")}
-        return ServedModel(name or _artifact_name(folder), model.to(device), tokenizer, kind, identity)
+        return ServedModel(name or _artifact_name(folder), model.to(device), tokenizer, kind, identity,
+                           default_sampling(meta["model_dir"]))
     if (folder / "config.json").is_file():
         model, tokenizer = load_model(folder)
         return ServedModel(name or folder.resolve().name, model.to(device), tokenizer, chat_format(tokenizer),
-                           {"path": str(folder.resolve())})
+                           {"path": str(folder.resolve())}, default_sampling(folder))
     raise NemotronError(f"{spec}: not a checkpoint artifact (metadata.json), not a Hugging Face model folder "
                         f"(config.json) and not {SMOLLM2!r}; pass what a training step wrote")
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from nemotron.serve.engine import Engine, GenerationRequest
-from nemotron.serve.models import DEFAULT_SAMPLING
 
 DEFAULT_MAX_TOKENS = 512  # when a request names none: at most this, and never past the context
 
@@ -165,9 +164,10 @@ def _is_id(token: Any) -> bool:
 
 
 def generation_request(body: dict, prompt_ids: list[int], engine: Engine, chat: bool, where: str,
-                       seeds: Iterator[int]) -> GenerationRequest:
+                       seeds: Iterator[int], sampling: dict) -> GenerationRequest:
     """The engine request of `prompt_ids` with the body's settings, each checked (a 400 names the field).
-    `where` names the prompt in messages ("the prompt", "prompt 2"); `seeds` gives the seed when none is sent."""
+    `where` names the prompt in messages ("the prompt", "prompt 2"); `seeds` gives the seed when none is sent;
+    `sampling`: the temperature and top_p when none is sent (the model's, `ServedModel.sampling`)."""
     temperature = number(body, "temperature", 0, 2)
     top_p = number(body, "top_p", 0, 1, above_low=True)
     n = number(body, "n", 1, integer=True)
@@ -204,8 +204,8 @@ def generation_request(body: dict, prompt_ids: list[int], engine: Engine, chat: 
                    "context_length_exceeded")
     return GenerationRequest(
         prompt_ids=prompt_ids, max_tokens=min(DEFAULT_MAX_TOKENS, room) if max_tokens is None else max_tokens,
-        temperature=DEFAULT_SAMPLING["temperature"] if temperature is None else float(temperature),
-        top_p=DEFAULT_SAMPLING["top_p"] if top_p is None else top_p,
+        temperature=sampling["temperature"] if temperature is None else float(temperature),
+        top_p=sampling["top_p"] if top_p is None else top_p,
         seed=next(seeds) if request_seed is None else request_seed, stop=stop, json_schema=schema,
         json_object=kind == "json_object", logprobs=logprobs,
         prompt_logprobs=not chat and logprobs is not None and boolean(body, "echo"))
