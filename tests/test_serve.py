@@ -505,3 +505,29 @@ def test_a_request_without_sampling_settings_is_sampled_as_vllm_would_and_the_pa
     page = PAGE.read_text()
     assert 'id="temperature" value="0"' in page and "temperature: view.temperature" in page
     assert ChatConfig().temperature == 0
+
+
+def test_a_run_folder_answers_a_request_naming_no_model_with_its_final_chat_model(runs):
+    """`python -m nemotron.serve runs/nano2` serves stage 0 (a base model) first: a request naming no model gets
+    the run's final chat model, not the base model's refusal; with a chat model first, the first."""
+    from nemotron.serve.app import ServedModels
+    from nemotron.serve.models import expand_run, load_served
+
+    served = [(load_served(spec), None) for spec in expand_run(str(runs / "nano2"))]
+    assert [m.format for m, _ in served] == ["completion", "nano2"]
+    assert ServedModels(served).pick({})[0].name == "nano2-stage2_alignment"
+    assert ServedModels(served[::-1]).pick({})[0].name == "nano2-stage2_alignment"
+    assert ServedModels(served).pick({"model": "nano2-stage0_pretrain"})[0].format == "completion"
+
+
+def test_evaluation_through_the_server_finds_a_served_checkpoint_by_its_folder(server, runs):
+    """`python -m nemotron.evaluation runs/.../training --through-server URL`: the folder is matched by its digest to
+    the model served under `nano2-stage2_alignment`, and the results go beside that run."""
+    from nemotron.evaluation.__main__ import beside_the_run
+    from nemotron.evaluation.through_server import served_model
+
+    folder = runs / "nano2" / "stage2_alignment" / "training"
+    entry = served_model(server.root, str(folder))
+    assert entry["id"] == DPO and served_model(server.root, DPO) == entry
+    assert beside_the_run(entry["nemotron"]) == folder.resolve().parent / "evaluation" / "benchmarks"
+    assert served_model(server.root, str(runs / "nano3" / "stage2_rl" / "training"))["id"] == RL

@@ -16,7 +16,8 @@ this on its final model as its last step (`nemotron.recipes.orchestration.benchm
 
 `--through-server URL` sends the same requests to a running `python -m nemotron.serve` instead (lm-eval's
 `local-completions`, `nemotron.evaluation.through_server`): MODEL is then the served model's id (optional when
-it serves one), and the scores equal the in-process ones (tests/test_evaluation_through_server.py).
+it serves one) or the checkpoint folder it serves (matched by digest), and the scores equal the in-process ones
+(tests/test_evaluation_through_server.py). The results go beside the model's run (`--output-dir`).
 
     python -m nemotron.serve runs/nano2/stage2_alignment/training --port 8000 &
     python -m nemotron.evaluation --through-server http://127.0.0.1:8000 --benchmarks core --limit 50
@@ -43,15 +44,18 @@ from nemotron.models.device import DeviceSettings
 class Config(BenchmarkSettings, DeviceSettings):  # --device: where MODEL runs (with --through-server, the server's)
     model: Annotated[str | None, tyro.conf.Positional] = None
     """A checkpoint artifact folder, a Hugging Face model folder, or `smollm2`; with --through-server, the
-    served model's id (as /v1/models lists it; optional when the server serves one model)."""
+    served model's id (as /v1/models lists it; optional when the server serves one model) or the checkpoint
+    folder it serves (matched by its digest)."""
     checkpoint_path: Path | None = None
     """A checkpoint artifact folder, instead of MODEL: a location, so where it lives stays out of the
     artifact's digest (its input records the checkpoint's digest). What the recipes' benchmarks step passes."""
     through_server: str | None = None
     """URL of a running `python -m nemotron.serve` (e.g. http://127.0.0.1:8000): score through its
     /v1/completions with lm-eval's local-completions instead of loading the model here."""
-    output_dir: Path = Path("runs/evaluation/benchmarks")
-    """Where the artifact, the task files (lm_eval_tasks/) and every item's score go."""
+    output_dir: Path | None = None
+    """Where the artifact, the task files (lm_eval_tasks/) and every item's score go; default: beside the model's
+    run (`runs/nano2/stage2_alignment/evaluation/benchmarks` for a checkpoint in runs/nano2/stage2_alignment/
+    training, served or not), else runs/evaluation/benchmarks (SmolLM2, a Hugging Face folder)."""
 
 
 def main(config: Config) -> StandardBenchmarkResults:
@@ -84,7 +88,7 @@ def main(config: Config) -> StandardBenchmarkResults:
     with evaluation_threads(config.num_threads):
         if config.through_server is not None:
             entry = served_model(config.through_server, config.model)
-            out = mark_unfinished(config.output_dir)
+            out = mark_unfinished(config.output_dir or beside_the_run(entry["nemotron"]))
             lm = server_lm(config.through_server, entry, out, batch_size=config.batch_size,
                            max_length=config.max_length)
             identity, model = {**entry["nemotron"], "server": config.through_server}, entry["id"]
@@ -96,7 +100,7 @@ def main(config: Config) -> StandardBenchmarkResults:
                                                                   served.stop_token_ids)
             lm = lm_eval_model(served.model, served.tokenizer, batch_size=config.batch_size,
                                max_length=config.max_length)
-            out = mark_unfinished(config.output_dir)
+            out = mark_unfinished(config.output_dir or beside_the_run(served.identity))
             # MODEL as given; a --checkpoint-path by its artifact type (its digest is the input), so no
             # folder name enters the digest
             identity, model = served.identity, config.model or served.identity.get("artifact", served.name)
@@ -111,6 +115,14 @@ def main(config: Config) -> StandardBenchmarkResults:
         limit=config.limit, results_path=results_path,
         metrics={"benchmarks": summaries, "model": identity, "wall_seconds": time.perf_counter() - started},
     ).save()
+
+
+def beside_the_run(identity: dict) -> Path:
+    """`<stage>/evaluation/benchmarks` beside a checkpoint artifact (`<stage>/training`); else the shared
+    runs/evaluation/benchmarks."""
+    if identity.get("artifact") and identity.get("path"):
+        return Path(identity["path"]).parent / "evaluation" / "benchmarks"
+    return Path("runs/evaluation/benchmarks")
 
 
 if __name__ == "__main__":

@@ -34,8 +34,11 @@ def server_root(url: str) -> str:
 
 
 def served_model(url: str, name: str | None) -> dict[str, Any]:
-    """The `/v1/models` entry of the model `name` (the only one when `name` is None) at the server `url`."""
+    """The `/v1/models` entry of the model `name` (the only one when `name` is None) at the server `url`. `name`
+    is a served id, or a checkpoint artifact folder: the served model of the same digest."""
     import httpx
+
+    from nemotron.artifact.locations import read_metadata
 
     root = server_root(url)
     try:
@@ -48,6 +51,13 @@ def served_model(url: str, name: str | None) -> dict[str, Any]:
     ids = [m["id"] for m in models]
     if name is None and len(models) == 1:
         return models[0]
+    if name is not None and (Path(name) / "metadata.json").is_file():  # a checkpoint folder: by its digest
+        digest = read_metadata(Path(name)).get("digest")
+        same = [m for m in models if digest and m.get("nemotron", {}).get("digest") == digest]
+        if same:
+            return same[0]
+        raise NemotronError(f"--through-server {url} does not serve {name} (digest {str(digest)[:12]}); it serves "
+                            f"{', '.join(ids)}: name one of them, or serve it: python -m nemotron.serve {name}")
     if name in ids:
         return models[ids.index(name)]
     which = "name one of them" if name is None else f"{name!r} is not served; name one of them"

@@ -94,10 +94,12 @@ class ServedModels:
         self.created, self.seeds = int(time.time()), itertools.count(seed)
 
     def pick(self, body: dict) -> tuple[ServedModel, Engine]:
-        """The model the request names, or the first served."""
+        """The model the request names, or the default: the first served, unless that is a base model and chat
+        models are served too (`serve runs/nano2`: stage 0 first), then the last of them (the run's final one)."""
         name = body.get("model")
         if name is None:
-            return self.served[0]
+            chat = [pair for pair in self.served if pair[0].format != "completion"]
+            return chat[-1] if self.served[0][0].format == "completion" and chat else self.served[0]
         if name not in self.by_name:
             raise BadRequest(f"model {name!r} is not served here; this server serves {sorted(self.by_name)}",
                              "model", "model_not_found")

@@ -11,18 +11,18 @@ weights, not by arithmetic, so B rows per pass cost little more than one (the Or
 `nemotron.sdg.cost.critical_batch_size` puts a number on it). benchmarks/bench_serve.py measures it.
 
 One decode loop, visible (`_loop`):
-1. join: each waiting request is prefilled alone (its prompt, a batch of one, no padding), and its cache
-   joins the running batch's (`nemotron.serve.stacked`: Mamba states stacked, attention keys and values
-   left-padded to the longest row, masked, each row at its own positions);
+1. join: waiting requests are prefilled, those of one prompt length together (no padding), the others
+   alone, and their caches join the running batch's (`nemotron.serve.stacked`: Mamba states stacked,
+   attention keys and values left-padded to the longest row, masked, each row at its own positions);
 2. step: the rows' pending logits -> per-row grammar mask (xgrammar, when the request asked for a JSON
    schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p -> append, stop on EOS,
    a stop string, the grammar's end, or max_tokens;
 3. leave: finished rows are answered and their cache rows dropped;
 4. one forward pass over every remaining row's newest token gives each its next logits.
 
-The same answer whatever else is running: a row's prompt is prefilled alone, so its prompt scores and first
-token never depend on the batch; its decode steps run beside other rows, padded and masked, which changes
-nothing but float rounding (matrix products of another shape sum in another order, ~1e-6 on the log-probs).
+The same answer whatever else is running: a row's prompt is never padded (prefilled alone or beside prompts
+of its own length), and its decode steps run beside other rows, padded and masked; neither changes anything
+but float rounding (matrix products of another shape sum in another order, ~1e-6 on the log-probs).
 So a greedy completion is the same tokens alone or in any batch unless two tokens' logits come within that
 rounding of each other; tests/test_serve_batching.py checks it for nano2, nano3 and SmolLM2 (tokens equal,
 log-probs within 1e-4, joining mid-stream included) and names the token and the gap if a near-tie ever flips.
@@ -156,7 +156,7 @@ class Engine:
         self._grammars: dict[str, Any] = {}  # compiled grammars by schema text: compiling costs ~0.1-1 s
         self._queue: queue.Queue[tuple[GenerationRequest, Future]] = queue.Queue()
         self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "generated_tokens": 0, "cancelled": 0,
-                      "steps": 0}
+                      "steps": 0, "prefills": 0}
         self._thread = threading.Thread(target=self._loop, name="nemotron-engine", daemon=True)
         self._thread.start()
 
@@ -218,22 +218,24 @@ class Engine:
         rows: list[_Row] = []
         stacked = StackedCache()
         while True:
-            # 1. join: waiting requests (blocking only while idle), each prefilled alone, its cache stacked
-            for request, future in self._waiting(block=not rows, room=self.max_batch_size - len(rows)):
-                row = _Row(request, future, None)
+            # 1. join: waiting requests (blocking only while idle), prefilled, their caches stacked
+            joining = [_Row(request, future, None) for request, future in
+                       self._waiting(block=not rows, room=self.max_batch_size - len(rows))]
+            for group in _same_length(joining):
                 try:
-                    row.generator, row.matcher = _generator(request), self._matcher(request)
-                    self.stats["requests"] += 1
-                    cache = self._prefill(row)
-                except Exception as error:  # one bad request never stops the others
-                    row.done, row.error = True, error
-                if row.done:
-                    self._answer(row)
+                    cache = self._prefill(group)
+                except Exception as error:  # a failed prefill fails its own group, never the running rows
+                    for row in group:
+                        row.done, row.error = True, error
+                for row in group:
+                    if row.done:
+                        self._answer(row)
+                if group[0].done:
                     continue
                 if not rows:  # "batches": busy spells, from the first row joining an idle engine
                     self.stats["batches"] += 1
-                rows.append(row)
-                stacked.add(cache, len(request.prompt_ids))
+                rows += group
+                stacked.add(cache, [len(row.request.prompt_ids) for row in group])
             if not rows:
                 continue
             self.stats["steps"] += 1
@@ -267,17 +269,22 @@ class Engine:
         return waiting
 
     @torch.no_grad()
-    def _prefill(self, row: _Row) -> Any:
-        """Run `row`'s prompt alone through the model; returns its cache (None when it is scored only)."""
-        ids = torch.tensor([row.request.prompt_ids], dtype=torch.long, device=self.device)
-        output = self.model(input_ids=ids, use_cache=True)
-        if row.request.prompt_logprobs:
-            row.prompt_logprobs = self._score_prompt(row.request, output.logits[0])
-        if row.request.max_tokens == 0:  # scored only (echo with max_tokens 0)
-            row.done = True
-            return None
-        row.logits = output.logits[0, -1, :].float().cpu()
-        return output.past_key_values
+    def _prefill(self, group: list[_Row]) -> Any:
+        """Run the prompts of `group` (all of one length, so no padding) through the model in one pass; returns
+        their cache (None for prompts scored only, `max_tokens` 0)."""
+        self.stats["requests"] += len(group)
+        self.stats["prefills"] += 1
+        for row in group:
+            row.generator, row.matcher = _generator(row.request), self._matcher(row.request)
+        ids = torch.tensor([row.request.prompt_ids for row in group], dtype=torch.long, device=self.device)
+        scored = any(row.request.prompt_logprobs for row in group)  # every position's logits; else the last's
+        output = self.model(input_ids=ids, use_cache=True, logits_to_keep=0 if scored else 1)
+        for i, row in enumerate(group):
+            if row.request.prompt_logprobs:
+                row.prompt_logprobs = self._score_prompt(row.request, output.logits[i])
+            row.logits = output.logits[i, -1, :].float().cpu()
+            row.done = row.request.max_tokens == 0  # scored only (echo with max_tokens 0)
+        return None if group[0].done else output.past_key_values
 
     def _choose(self, rows: list[_Row]) -> None:
         """Each row's next token from its pending logits; a row whose client went away stops here."""
@@ -347,6 +354,7 @@ class Engine:
         if row.request.top_p < 1.0:  # nucleus: keep the smallest set of tokens whose mass reaches top_p
             sorted_probs, order = torch.sort(probs, descending=True)
             keep = sorted_probs.cumsum(-1) - sorted_probs < row.request.top_p
+            keep[0] = True  # the likeliest token always (a top_p below float32's smallest number keeps none else)
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
         return int(torch.multinomial(probs, 1, generator=row.generator))
 
@@ -409,6 +417,15 @@ def json_schema_grammar(schema: str) -> Any:
 
 
 _BOUNDED_STRING_CHAR, _JSON_STRING_CHAR = r'[^\"\\\r\n]', r'[^\0-\x1f\"\\\r\n]'  # as xgrammar prints them
+
+
+def _same_length(rows: list[_Row]) -> list[list[_Row]]:
+    """`rows` in groups that prefill together without padding: one prompt length, and all scored only (max_tokens
+    0, no cache kept) or none, in the order of their first arrival."""
+    groups: dict[tuple[int, bool], list[_Row]] = {}
+    for row in rows:
+        groups.setdefault((len(row.request.prompt_ids), row.request.max_tokens == 0), []).append(row)
+    return list(groups.values())
 
 
 def _generator(request: GenerationRequest) -> torch.Generator | None:

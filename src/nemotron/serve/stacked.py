@@ -1,7 +1,8 @@
 """The running rows' caches as one batch, so one forward pass decodes every running request.
 
-Each request is prefilled alone (a batch of one, no padding: its cache and its prompt's logits are those of
-a plain forward pass), and its cache then joins the running batch's, row by row, on the batch dimension:
+Each request is prefilled alone, or with others of the same prompt length (no padding: its cache and its
+prompt's logits are those of a plain forward pass, to float rounding), and its cache then joins the running
+batch's on the batch dimension:
 
 - a Mamba-2 layer (transformers' `LinearAttentionLayer`) holds a fixed-size state per row, the last
   `conv_kernel` inputs of its causal convolution and its SSM state (heads x head_dim x state): they stack
@@ -41,13 +42,13 @@ class StackedCache:
         """Columns of the attention caches: the longest row's tokens."""
         return max(self.lengths, default=0)
 
-    def add(self, cache: Any, length: int) -> None:
-        """Append one row: `cache` (batch of one) from a prefill of `length` tokens."""
+    def add(self, cache: Any, lengths: list[int]) -> None:
+        """Append the rows of `cache`, from a prefill without padding: `lengths` (all equal) tokens each."""
         _check_layers(cache)
         if self.cache is None:
-            self.cache, self.lengths = cache, [length]
+            self.cache, self.lengths = cache, list(lengths)
             return
-        width = max(self.width, length)
+        width = max(self.width, *lengths)
         for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
             if isinstance(mine, LinearAttentionCacheLayerMixin):  # fixed size per row: stack
                 for i in range(mine.number_of_states):
@@ -58,7 +59,7 @@ class StackedCache:
             if isinstance(mine, DynamicLayer) and mine.is_initialized:  # one column per token: left-pad, stack
                 mine.keys = torch.cat([_left_pad(mine.keys, width), _left_pad(theirs.keys, width)])
                 mine.values = torch.cat([_left_pad(mine.values, width), _left_pad(theirs.values, width)])
-        self.lengths.append(length)
+        self.lengths += lengths
 
     def keep(self, rows: list[int]) -> None:
         """Keep only `rows` (indices, in order): the others finished. Padding no kept row needs is cut."""

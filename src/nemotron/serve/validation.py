@@ -26,7 +26,8 @@ def _body(properties: dict, required: list[str]) -> dict:
 
 _STOP = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": 4}, {"type": "null"}]}
 _SAMPLING = {
-    "model": {"type": "string", "description": "a served model's id (GET /v1/models); default: the first"},
+    "model": {"type": "string",
+              "description": "a served model's id (GET /v1/models); default: the first, or a run's final chat model"},
     "max_tokens": {"type": ["integer", "null"]},
     "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
     "top_p": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1}, "n": {"type": ["integer", "null"]},
