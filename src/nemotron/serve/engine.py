@@ -11,18 +11,19 @@ weights, not by arithmetic, so B rows per pass cost little more than one (the Or
 `nemotron.sdg.cost.critical_batch_size` puts a number on it). benchmarks/bench_serve.py measures it.
 
 One decode loop, visible (`_loop`):
-1. join: waiting requests are prefilled, those of one prompt length together (no padding), the others
-   alone, and their caches join the running batch's (`nemotron.serve.stacked`: Mamba states stacked,
-   attention keys and values left-padded to the longest row, masked, each row at its own positions);
+1. join: waiting requests are prefilled in one pass, left-padded to the longest prompt (the padding masked:
+   attention skips it, the Mamba layers zero it, each row at its own positions), and their caches join the
+   running batch's (`nemotron.serve.stacked`: Mamba states stacked, attention keys and values left-padded
+   to the longest row); a request that scores its prompt (`prompt_logprobs`) is prefilled alone;
 2. step: the rows' pending logits -> per-row grammar mask (xgrammar, when the request asked for a JSON
    schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p -> append, stop on EOS,
    a stop string, the grammar's end, or max_tokens;
 3. leave: finished rows are answered and their cache rows dropped;
 4. one forward pass over every remaining row's newest token gives each its next logits.
 
-The same answer whatever else is running: a row's prompt is never padded (prefilled alone or beside prompts
-of its own length), and its decode steps run beside other rows, padded and masked; neither changes anything
-but float rounding (matrix products of another shape sum in another order, ~1e-6 on the log-probs).
+The same answer whatever else is running: a row is prefilled and decoded beside other rows, padded and
+masked, which changes nothing but float rounding (matrix products of another shape sum in another order,
+~1e-6 on the log-probs); prompt scores are exact (their prompt is prefilled alone).
 So a greedy completion is the same tokens alone or in any batch unless two tokens' logits come within that
 rounding of each other; tests/test_serve_batching.py checks it for nano2, nano3 and SmolLM2 (tokens equal,
 log-probs within 1e-4, joining mid-stream included) and names the token and the gap if a near-tie ever flips.
@@ -221,7 +222,7 @@ class Engine:
             # 1. join: waiting requests (blocking only while idle), prefilled, their caches stacked
             joining = [_Row(request, future, None) for request, future in
                        self._waiting(block=not rows, room=self.max_batch_size - len(rows))]
-            for group in _same_length(joining):
+            for group in _prefill_groups(joining):
                 try:
                     cache = self._prefill(group)
                 except Exception as error:  # a failed prefill fails its own group, never the running rows
@@ -270,18 +271,25 @@ class Engine:
 
     @torch.no_grad()
     def _prefill(self, group: list[_Row]) -> Any:
-        """Run the prompts of `group` (all of one length, so no padding) through the model in one pass; returns
-        their cache (None for prompts scored only, `max_tokens` 0)."""
+        """Run the prompts of `group` through the model in one pass, left-padded to the longest (padding masked,
+        each row at its own positions); returns their cache (None for prompts scored only, `max_tokens` 0)."""
         self.stats["requests"] += len(group)
         self.stats["prefills"] += 1
         for row in group:
             row.generator, row.matcher = _generator(row.request), self._matcher(row.request)
-        ids = torch.tensor([row.request.prompt_ids for row in group], dtype=torch.long, device=self.device)
+        lengths = [len(row.request.prompt_ids) for row in group]
+        width = max(lengths)
+        ids = torch.zeros((len(group), width), dtype=torch.long)
+        mask = torch.zeros((len(group), width), dtype=torch.long)
+        for i, row in enumerate(group):
+            ids[i, width - lengths[i]:], mask[i, width - lengths[i]:] = torch.tensor(row.request.prompt_ids), 1
         scored = any(row.request.prompt_logprobs for row in group)  # every position's logits; else the last's
-        output = self.model(input_ids=ids, use_cache=True, logits_to_keep=0 if scored else 1)
+        output = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                            position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(self.device), use_cache=True,
+                            logits_to_keep=0 if scored else 1)
         for i, row in enumerate(group):
             if row.request.prompt_logprobs:
-                row.prompt_logprobs = self._score_prompt(row.request, output.logits[i])
+                row.prompt_logprobs = self._score_prompt(row.request, output.logits[i, width - lengths[i]:])
             row.logits = output.logits[i, -1, :].float().cpu()
             row.done = row.request.max_tokens == 0  # scored only (echo with max_tokens 0)
         return None if group[0].done else output.past_key_values
@@ -419,15 +427,14 @@ def json_schema_grammar(schema: str) -> Any:
 _BOUNDED_STRING_CHAR, _JSON_STRING_CHAR = r'[^\"\\\r\n]', r'[^\0-\x1f\"\\\r\n]'  # as xgrammar prints them
 
 
-def _same_length(rows: list[_Row]) -> list[list[_Row]]:
-    """`rows` in groups that prefill together without padding: one prompt length, and all scored only (max_tokens
-    0, no cache kept) or none, in the order of their first arrival."""
-    groups: dict[tuple[int, bool], list[_Row]] = {}
-    for row in rows:
-        groups.setdefault((len(row.request.prompt_ids), row.request.max_tokens == 0), []).append(row)
-    return list(groups.values())
-
-
+def _prefill_groups(rows: list[_Row]) -> list[list[_Row]]:
+    """`rows` in groups that prefill in one pass: a request that scores its prompt alone (its prompt's scores are
+    then those of a plain forward pass, exactly); prompts scored only (max_tokens 0, no cache kept) apart from
+    the others, which prefill together."""
+    alone = [[row] for row in rows if row.request.prompt_logprobs]
+    rest = [row for row in rows if not row.request.prompt_logprobs]
+    together = [[row for row in rest if row.request.max_tokens == 0], [row for row in rest if row.request.max_tokens]]
+    return alone + [group for group in together if group]
 def _generator(request: GenerationRequest) -> torch.Generator | None:
     if request.temperature < GREEDY_BELOW:
         return None

@@ -1,8 +1,8 @@
 """The running rows' caches as one batch, so one forward pass decodes every running request.
 
-Each request is prefilled alone, or with others of the same prompt length (no padding: its cache and its
-prompt's logits are those of a plain forward pass, to float rounding), and its cache then joins the running
-batch's on the batch dimension:
+Requests are prefilled together, left-padded to the longest prompt (masked, so each row's cache and logits
+are those of a plain forward pass over its own prompt, to float rounding), and their caches then join the
+running batch's on the batch dimension:
 
 - a Mamba-2 layer (transformers' `LinearAttentionLayer`) holds a fixed-size state per row, the last
   `conv_kernel` inputs of its causal convolution and its SSM state (heads x head_dim x state): they stack
@@ -43,7 +43,7 @@ class StackedCache:
         return max(self.lengths, default=0)
 
     def add(self, cache: Any, lengths: list[int]) -> None:
-        """Append the rows of `cache`, from a prefill without padding: `lengths` (all equal) tokens each."""
+        """Append the rows of `cache`, from a left-padded prefill: `lengths` tokens each (the rest padding)."""
         _check_layers(cache)
         if self.cache is None:
             self.cache, self.lengths = cache, list(lengths)
