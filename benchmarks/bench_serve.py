@@ -124,7 +124,8 @@ def measure(model: str, levels: list[int], max_tokens: int, long_tokens: int, de
     server, port = start_server(model, max(levels))
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=900)
-        name = client.models.list().data[0].id
+        entry = client.models.list().data[0]
+        name, cache = entry.id, entry.model_extra["nemotron"]["cache"]
         one_client(client, name, QUESTIONS[0], 2)  # warm-up: first-call costs are not part of any figure
         alone = sequential(client, name, max(levels), max_tokens)
         runs = []
@@ -139,7 +140,7 @@ def measure(model: str, levels: list[int], max_tokens: int, long_tokens: int, de
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-    return {"model": name, "concurrent": runs, "head_of_line": blocked}
+    return {"model": name, "concurrent": runs, "head_of_line": blocked, "cache": cache}
 
 
 def report(result: dict, delay: float, long_tokens: int) -> None:
@@ -149,7 +150,11 @@ def report(result: dict, delay: float, long_tokens: int) -> None:
               f"tok/s against {run['sequential_tokens_per_s']:5.1f} one after another ({run['over_sequential']:.2f}x), "
               f"time to first token median {run['median_ttft_s']:.2f}s (alone {run['sequential_median_ttft_s']:.2f}s)",
               file=sys.stderr)
-    h = result["head_of_line"]
+    h, cache = result["head_of_line"], result["cache"]
+    rows = cache["max_batch_size"]
+    print(f"  cache per row: {cache['bytes_per_row']:,} bytes + {cache['bytes_per_token']:,} per token (a request is "
+          f"refused if {rows} rows of its length, --max-batch-size, would pass {cache['memory'] / 2**20:,.0f} MiB)",
+          file=sys.stderr)
     print(f"  head of line: 2-token completion alone {h['alone_s']:.2f}s, sent {delay:g}s after a {long_tokens}-token "
           f"one {h['beside_long_s']:.2f}s (target {h['target_s']:.2f}s)", file=sys.stderr)
 

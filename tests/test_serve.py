@@ -143,7 +143,7 @@ def test_a_capped_string_holds_no_raw_control_character():
     import xgrammar
     from xgrammar.testing import _is_grammar_accept_string as accepts
 
-    from nemotron.serve.engine import json_schema_grammar
+    from nemotron.serve.grammar import json_schema_grammar
 
     schema = json.dumps({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
                                                           "b": {"type": "string"}}, "required": ["a", "b"]})

@@ -8,8 +8,8 @@
 
 Each model gets its own engine (`nemotron.serve.engine`): requests to it join and leave its running batch
 between decode steps, and one forward pass decodes every running request; each model is loaded once and
-chosen by the request's `model`. A run folder (`runs/nano2`) serves the
-checkpoint of each of its stages, in stage order, which the page's compare view sets side by side.
+chosen by the request's `model`. A run folder (`runs/nano2`) serves the checkpoint of each of its stages, in
+stage order, which the page's compare view sets side by side; a request naming no model gets its final one.
 Open http://127.0.0.1:PORT/ for the chat page; point any OpenAI client at http://127.0.0.1:PORT/v1.
 What the API answers and refuses: `nemotron.serve.app`. The server binds 127.0.0.1 unless told otherwise;
 at scale the same clients talk to vLLM, SGLang, NIM or a hosted endpoint instead.
@@ -44,7 +44,9 @@ class Config(DeviceSettings):  # --device (nemotron.models.device)
     port: int = 8000
     """TCP port."""
     max_batch_size: int = 16
-    """Most requests decoded together in one forward pass; more wait until a running one ends."""
+    """Most requests decoded together in one forward pass; more wait until a running one ends. Each holds a
+    cache row (/v1/models' `cache`: bytes per row and per token); a request is refused (400) when this many
+    rows of its length would not fit the memory kept for caches (half the free RAM, 90% of a GPU's free)."""
     num_threads: int = 1
     """torch CPU threads. 1 by default: batching already fills a core, and on a busy 2-core machine two
     threads spin against each other (measured: 0.73 s per decode step with 2 threads, 0.15 s with 1)."""

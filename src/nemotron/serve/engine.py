@@ -35,12 +35,8 @@ back until the next token decides it, so the concatenated deltas are exactly the
 streamed answer and a non-streamed one are the same bytes. A request whose `cancelled` event is set
 (a client that went away) stops at the next step, with finish_reason "cancelled".
 
-Structured outputs: xgrammar (the engine vLLM and SGLang use) compiles a JSON schema into a grammar
-over the tokenizer's vocabulary; at every step it gives the set of tokens that keep the output a
-valid prefix of some JSON document of that schema, and the logits of all other tokens are set to
--inf. So even a 135M-parameter model returns JSON that parses and validates (unless max_tokens cuts
-it short: finish_reason "length"); so does an untrained one. One repair on the way (`json_schema_grammar`):
-xgrammar 0.2.8 lets a string with minLength/maxLength hold raw control characters, which JSON forbids.
+Structured outputs (a JSON schema, or any JSON object): `nemotron.serve.grammar` compiles the request's
+grammar (xgrammar), and at each step the tokens that cannot continue a valid document get -inf.
 
 Log-probabilities (`request.logprobs` = k alternatives): for each completion token, its log-probability
 and the k most likely tokens at that step, from the model's own distribution: the log-softmax of the raw
@@ -56,7 +52,6 @@ Determinism: temperature 0 is greedy; with temperature > 0 each row samples from
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -67,6 +62,7 @@ from typing import Any
 import torch
 
 from nemotron.errors import NemotronError
+from nemotron.serve.grammar import Grammars
 from nemotron.serve.stacked import StackedCache, free_memory, row_cost
 
 # A temperature below this is greedy: logits / 1e-40 overflow float32 to inf, and the softmax of inf is NaN
@@ -150,11 +146,8 @@ class Engine:
         self.eos_ids = eos_ids(model, tokenizer, stop_token_ids)
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20)
         self._xgr = xgrammar
-        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
-                                                       stop_token_ids=self.eos_ids)
-        self.token_bytes: list[bytes] = list(info.decoded_vocab)  # each id's bytes (may be half a UTF-8 character)
-        self._compiler = xgrammar.GrammarCompiler(info)
-        self._grammars: dict[str, Any] = {}  # compiled grammars by schema text: compiling costs ~0.1-1 s
+        self.grammars = Grammars(tokenizer, self.vocab_size, self.eos_ids)
+        self.token_bytes = self.grammars.token_bytes  # each id's bytes (may be half a UTF-8 character)
         self._queue: queue.Queue[tuple[GenerationRequest, Future]] = queue.Queue()
         self.stats = {"batches": 0, "requests": 0, "max_batch": 0, "generated_tokens": 0, "cancelled": 0,
                       "steps": 0, "prefills": 0}
@@ -178,7 +171,7 @@ class Engine:
             raise NemotronError(f"token id {bad[0]} is outside the model's vocabulary (0..{self.vocab_size - 1})")
         self.check_fits(len(request.prompt_ids) + request.max_tokens)
         if request.json_schema is not None or request.json_object:
-            self.grammar(request)  # compile now, so a bad schema is the caller's 400, not an engine failure
+            self.grammars.compile(request.json_schema)  # now: a bad schema is the caller's 400, not an engine failure
         future: Future = Future()
         self._queue.put((request, future))
         return future
@@ -196,19 +189,6 @@ class Engine:
                                 f"{need / 2**20:.0f} MiB for a batch of {self.max_batch_size} rows padded to it, more "
                                 f"than the {self.cache_memory / 2**20:.0f} MiB this server has for caches; ask for "
                                 "fewer tokens, or serve with a smaller --max-batch-size")
-
-    def grammar(self, request: GenerationRequest) -> Any:
-        key = "json_object" if request.json_schema is None else json.dumps(request.json_schema, sort_keys=True)
-        if key not in self._grammars:
-            try:
-                self._grammars[key] = (self._compiler.compile_builtin_json_grammar() if request.json_schema is None
-                                       # compact JSON: with any whitespace allowed a small model
-                                       # spends its tokens on newlines and indentation
-                                       else self._compiler.compile_grammar(json_schema_grammar(key)))
-            except Exception as error:  # xgrammar raises RuntimeError / ValueError for unsupported schemas
-                raise NemotronError("response_format json_schema cannot be compiled: "
-                                    f"{str(error).splitlines()[0]}") from None
-        return self._grammars[key]
 
     # ----------------------------------------------------------------------------------------------
     # the engine thread
@@ -346,7 +326,7 @@ class Engine:
     def _matcher(self, request: GenerationRequest) -> Any:
         if request.json_schema is None and not request.json_object:
             return None
-        return self._xgr.GrammarMatcher(self.grammar(request))
+        return self._xgr.GrammarMatcher(self.grammars.compile(request.json_schema))
 
     def _score_prompt(self, request: GenerationRequest, logits: torch.Tensor) -> list[TokenLogprob | None]:
         """Each prompt token's log-prob from the logits of the position before it (`logits`: the prompt's rows)."""
@@ -406,25 +386,6 @@ def _safe_end(text: str, stops: list[str]) -> int:
                 end -= n
                 break
     return end
-
-
-def json_schema_grammar(schema: str) -> Any:
-    r"""xgrammar's grammar of compact JSON (no optional whitespace) matching `schema`, with no raw control
-    character in any string.
-
-    xgrammar 0.2.8 writes each character of a string with minLength/maxLength (every string the SDG client
-    caps) as `[^\"\\\r\n]`, which admits raw U+0000-U+001F (a tab, \x0e) that JSON forbids, so a strict
-    parser (`json.loads`, Data Designer) rejects the answer (mlc-ai/xgrammar#800). That class is narrowed to
-    `[^\0-\x1f\"\\\r\n]`, what xgrammar already allows in an unbounded string. A trained model rarely writes
-    a control character there; an untrained one does within a few tokens.
-    """
-    import xgrammar
-
-    text = str(xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
-    return xgrammar.Grammar.from_ebnf(text.replace(_BOUNDED_STRING_CHAR, _JSON_STRING_CHAR))
-
-
-_BOUNDED_STRING_CHAR, _JSON_STRING_CHAR = r'[^\"\\\r\n]', r'[^\0-\x1f\"\\\r\n]'  # as xgrammar prints them
 
 
 def _prefill_groups(rows: list[_Row]) -> list[list[_Row]]:
