@@ -160,7 +160,7 @@ class PretrainingSettings(HandOffSettings, OptimizerSettings, MicroBatchSettings
     eval_batches: int = 8
     """Global batches of validation windows per evaluation (the whole valid split if it is smaller)."""
     eval_every: int = bookkeeping(40)
-    """Validation loss every this many steps (and at the last): 8 points on nano2 tiny's 340-step curve."""
+    """Validation loss every this many steps (and at the last)."""
     checkpoint_every: int = bookkeeping(40)
     """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
     seed: int = 0

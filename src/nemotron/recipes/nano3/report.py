@@ -22,7 +22,15 @@ from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.errors import NemotronError
 from nemotron.recipes import report_card
-from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section, talk_section
+from nemotron.recipes.report_card import (
+    collect,
+    fmt,
+    header,
+    plot_loss_curves,
+    report_main,
+    steps_section,
+    talk_section,
+)
 from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
@@ -41,8 +49,7 @@ def write_report(folder: Path) -> Path:
     artifacts = collect(starts)
     out = folder / "report"
     out.mkdir(parents=True, exist_ok=True)
-    first = artifacts[0]
-    md = ["# nano3 report card", "", f"scale **{first['scale']}**, seed **{first['seed']}**", ""]
+    md = header("nano3", artifacts)
     md += lesson_lines(artifacts)
 
     results = [a for a in artifacts if a["type"] == "nano3pretrainresults"]
@@ -75,7 +82,7 @@ def write_report(folder: Path) -> Path:
                "load-balancing loss per layer (1.0 is perfectly even).", "", "![expert load](expert_load.png)"]
     md += report_card.standard_benchmarks_section(artifacts)
     md += steps_section(artifacts, starts[-1])
-    md += talk_section(artifacts)
+    md += talk_section(artifacts, what_it_has_seen(artifacts))
     report = out / "report.md"
     atomic.write_text(report, "\n".join(md))
     return report
@@ -83,6 +90,16 @@ def write_report(folder: Path) -> Path:
 
 STAGES = {"nano3pretrainresults": "stage 0: pretraining (MoE)", "nano3sftresults": "stage 1: SFT",
           "nano3rlresults": "stage 2: RL (GRPO)"}
+
+
+def what_it_has_seen(artifacts: list[dict[str, Any]]) -> str:
+    """The card's sentence on what to ask the model: its SFT data holds chat only with `--chat-data`."""
+    sft_data = [a for a in artifacts if a["type"] == "nano3sftdataset"]
+    if sft_data and sft_data[-1].get("config", {}).get("chat_data"):
+        return ("Its SFT data held nano2's chat beside the sums: expect short, repetitive chat answers, and "
+                "sums worked out column by column.")
+    return ("Its SFT data held sums and no chat (`--chat-data` was off): ask it sums in your own wording "
+            "(`What is 12+30?`); anything else gets a sum-shaped reply.")
 
 
 def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
