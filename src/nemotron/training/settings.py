@@ -190,7 +190,7 @@ class ContinuedTrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchS
     """End early when the validation loss has not improved on its best for this many evaluations in a
     row (every --eval-every steps): the held-out loss decides when more passes stop helping. The run does
     not stop at once at a high rate: it anneals to its floor over the next --decay-fraction of its planned
-    steps, then ends (`TrainingRun`). 0: never."""
+    steps, then ends (the check in each step's loop: `TrainingRun.patience_ends_run`, `optim.anneal`). 0: never."""
 
 
 @dataclass
