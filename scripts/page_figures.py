@@ -77,8 +77,7 @@ def benchmark_items(root: Path) -> list[str]:
     """Items per task of the recipes' benchmarks step at each scale, against the constant that sets them."""
     full = constant(root, RECIPES / "orchestration.py", "FULL_BENCHMARK_ITEMS")
     scales = constant(root, "src/nemotron/artifact/__init__.py", "SCALES")
-    cap = constant(root, "src/nemotron/artifact/__init__.py", "TINY_CAP")
-    items = {s: min(max(1, int(full * f)), cap) if s == "tiny" else max(1, int(full * f)) for s, f in scales.items()}
+    items = {scale: scaled(root, full, scale) for scale in scales}
     problems = []
     for path, m in find(root, r"(\d[\d,]*) items (?:per task )?at (tiny|small|medium)|(\d[\d,]*) at (small|medium)\b"):
         stated, scale = (m[1], m[2]) if m[1] else (m[3], m[4])
@@ -90,9 +89,29 @@ def benchmark_items(root: Path) -> list[str]:
     return problems
 
 
+def scaled(root: Path, full: int, scale: str) -> int:
+    """`artifact.apply_scale(full, scale)`, from the constants of the checkout at `root`."""
+    scales = constant(root, "src/nemotron/artifact/__init__.py", "SCALES")
+    scaled = max(1, int(full * scales[scale]))
+    return min(scaled, constant(root, "src/nemotron/artifact/__init__.py", "TINY_CAP")) if scale == "tiny" else scaled
+
+
+def tiny_default(root: Path, tables: dict[str, ast.expr], field: str) -> tuple[str, int] | None:
+    """(the constant's name, the field's tiny default) from the step's table of the field's name (STEPS for
+    `steps`), or from a full-scale count the field's name ends with (FULL_PROBLEMS for `max_problems`)."""
+    table = tables.get(field.upper())
+    if isinstance(table, ast.Dict):
+        tiny = ast.literal_eval(table).get("tiny")
+        return (field.upper(), tiny) if tiny is not None else None
+    full = [name for name in tables if name.startswith("FULL_") and field.upper().endswith(name[len("FULL"):])]
+    if len(full) == 1 and isinstance(value := ast.literal_eval(tables[full[0]]), int):
+        return f"apply_scale({full[0]})", scaled(root, value, "tiny")
+    return None
+
+
 def per_scale_help(root: Path) -> list[str]:
-    """A field's help "default per scale (tiny N)" against its step's table of the field's name (STEPS for
-    `steps`); a help built by `cli.per_scale` from the table cannot disagree and is not text here."""
+    """A field's help "default per scale (tiny N)" against the constant its default comes from (`tiny_default`);
+    a help built by `cli.per_scale` from the table cannot disagree and is not text here."""
     problems = []
     for path in sorted((root / "src").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -104,14 +123,11 @@ def per_scale_help(root: Path) -> list[str]:
                         and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
                         and isinstance(doc.value.value, str)):
                     continue
-                table = tables.get(field.target.id.upper())
                 m = re.search(r"default per scale \(tiny ([\d,]+)", doc.value.value)
-                if m is None or not isinstance(table, ast.Dict):
-                    continue
-                tiny = ast.literal_eval(table).get("tiny")
-                if tiny is not None and number(m[1]) != tiny:
+                source = tiny_default(root, tables, field.target.id) if m else None
+                if source is not None and number(m[1]) != source[1]:
                     problems.append(f"{path.relative_to(root)}: --{field.target.id.replace('_', '-')} says tiny "
-                                    f"{m[1]}, but {field.target.id.upper()}['tiny'] is {tiny}")
+                                    f"{m[1]}, but {source[0]} gives tiny {source[1]}")
     return problems
 
 
