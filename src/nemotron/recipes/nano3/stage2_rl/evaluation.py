@@ -44,7 +44,7 @@ class Config(EvaluationSettings):
 
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 200). Measured at tiny from the 400-step SFT
-    model after the default 20 GRPO steps, 200 problems: the sampled reward's gain +0.060 had a standard
+    model after 20 GRPO steps (the default then), 200 problems: the sampled reward's gain +0.060 had a standard
     error of 0.028 with 1 sample per question and 0.017 with 4; the greedy one, +0.074 ± 0.031."""
     samples_per_problem: int = 4
     """Completions sampled per question for the held-out reward (more: a smaller standard error)."""

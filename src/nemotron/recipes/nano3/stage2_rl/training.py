@@ -36,7 +36,7 @@ from pathlib import Path
 
 from nemotron.artifact.fields import bookkeeping
 from nemotron.artifact.upstream import load_upstream
-from nemotron.cli import run
+from nemotron.cli import per_scale, run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLDataset, Nano3SFTCheckpoint, Nano3SFTDataset
 from nemotron.training.settings import OptimizerSettings, TrainingSettings
@@ -57,8 +57,7 @@ class Config(TrainingSettings, OptimizerSettings):
     """The Nano3SFTCheckpoint to start from; default: read it from stdin."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
-    steps: int | None = None
-    """Optimizer steps; default per scale (tiny 40)."""
+    steps: per_scale("Optimizer steps", STEPS) = None
     completions_per_step: int = 16
     """Completions sampled per step, all processes together: whole groups (a multiple of --group-size)."""
     group_size: int = 4
