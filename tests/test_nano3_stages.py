@@ -327,6 +327,9 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
                                                       output_dir=tmp_path / "eval"))
     assert results.num_problems == 2 and results.metrics["samples_per_problem"] == 4
     assert {"reward_gain_stderr", "greedy_reward_gain_stderr", "rl_exact_match"} <= results.metrics.keys()
+    for model in ("sft", "rl"):  # every sampled answer that is wrong is one kind of mistake (Addition.mistake)
+        shares = [results.metrics[f"{model}_{kind}_share"] for kind in ("dropped_carry", "added_carry", "other")]
+        assert all(0 <= share <= 1 for share in shares) and sum(shares) <= 1 + 1e-9, results.metrics
     again = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
                                                     output_dir=tmp_path / "eval_again"))
     assert again.metrics["rl_reward"] == results.metrics["rl_reward"]  # seeded samples: the same numbers

@@ -45,6 +45,14 @@ from nemotron.trackers import get_lineage_tracker
 EXIT_BAD_INPUT = 2
 
 
+def per_scale(what: str, table: dict[str, Any]) -> Any:
+    """A flag's help written from the table its default comes from, so the help cannot name another
+    figure: `steps: per_scale("Optimizer steps", STEPS) = None` reads "Optimizer steps; default per scale
+    (tiny 150, small 2000, ...)" in --help. The field's type is `int | None`, as a per-scale default is."""
+    figures = ", ".join(f"{scale} {value}" for scale, value in table.items())  # no 2,000: help wraps at commas
+    return typing.Annotated[int | None, tyro.conf.arg(help=f"{what}; default per scale ({figures}).")]
+
+
 def check_scale(config: Any) -> None:
     """Reject an unknown scale before any work starts, in nested configs too."""
     scale = getattr(config, "scale", None)
