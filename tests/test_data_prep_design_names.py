@@ -29,10 +29,15 @@ def test_the_design_s_import_line_and_calls_work_as_written(tmp_path):
     chat = {"turns": [{"role": "developer", "content": "Be brief"}, {"role": "user", "content": "Hi"}]}
     assert openai_chat(messages="turns")(chat) == {
         "messages": [{"role": "system", "content": "Be brief"}, {"role": "user", "content": "Hi"}]}
+    # The design's `sharegpt`: "ShareGPT format: {conversations: [...]}", from/value turns.
     share = {"turns": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
-    assert sharegpt(conversations="turns")(share) == {
+    assert sharegpt(conversations="turns")(share) == {"conversations": share["turns"]}
+    assert sharegpt(conversations="turns")({"turns": chat["turns"]}) == {
+        "conversations": [{"from": "system", "value": "Be brief"}, {"from": "human", "value": "Hi"}]}
+    assert design.sharegpt_to_messages(conversations="turns")(share) == {
         "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
-    assert sorted(design.__all__) == ["Transform", "openai_chat", "passthrough", "rename", "select", "sft", "sharegpt"]
+    assert sorted(design.__all__) == ["Transform", "openai_chat", "passthrough", "rename", "select", "sft", "sharegpt",
+                                      "sharegpt_to_messages"]
 
     # They are our transforms: they chain in write_jsonl, which counts each skip under its name.
     counts = write_jsonl([record, {"instruction": "no answer"}], tmp_path / "sft.jsonl",

@@ -1,8 +1,8 @@
 """JSONL (SFT / RL records): each line goes through one named transform and is written canonically.
 
-The transforms (`transforms.py`: passthrough, openai_chat, sharegpt, sft) are named, since the name
-goes into the run hash and must say what it does. Malformed lines and records a transform skips are
-counted, never dropped silently.
+The transforms (`transforms.py`: passthrough, openai_chat, sharegpt, sharegpt_to_messages, sft) are
+named, since the name goes into the run hash and must say what it does. Malformed lines and records a
+transform skips are counted, never dropped silently.
 """
 
 from __future__ import annotations
