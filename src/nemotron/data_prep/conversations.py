@@ -81,7 +81,7 @@ def pool_conversation(record: dict[str, Any], file: str, number: int) -> tuple[C
     """One pool record as a conversation, or (None, why it cannot be one).
 
     The format is detected per record: a "messages" list goes through `transforms.openai_chat`, a
-    "conversations" list through `transforms.sharegpt`. The id is the record's "id", else
+    "conversations" list through `transforms.sharegpt_to_messages`. The id is the record's "id", else
     "<file>:<number>"; the category is the record's "category", else the file's stem; the source is
     the file's name.
     """

@@ -182,6 +182,20 @@ def sharegpt(conversations_field: str = "conversations", keep: Sequence[str] = (
     return _named(transform, f"sharegpt({conversations_field})")
 
 
+def rl_record(messages_field: str = "messages") -> Transform:
+    """An RL prompt record: its chat in `messages_field` normalized as `openai_chat` does, written as
+    `messages`, and every other field (`answer`, `id`, what a reward needs) kept as it is."""
+    chat = openai_chat(messages_field)
+
+    def transform(record: Record) -> Record | None:
+        normalized = chat(record)
+        if normalized is None:
+            return None
+        return {**{k: v for k, v in record.items() if k != messages_field}, "messages": normalized["messages"]}
+
+    return _named(transform, f"rl_record({messages_field})")
+
+
 def _is_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
