@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 import nemotron
 from nemotron.artifact.digest import files_digest
+from nemotron.artifact.fields import recorded
 from nemotron.errors import NemotronError
 
 
@@ -178,7 +179,7 @@ def calling_config() -> dict | None:
         code = frame.f_code
         first = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
         if dataclasses.is_dataclass(first) and not isinstance(first, type):
-            return json.loads(json.dumps(dataclasses.asdict(first), default=str))
+            return json.loads(json.dumps(recorded(first), default=str))
         frame = frame.f_back
     return None
 
