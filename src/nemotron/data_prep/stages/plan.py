@@ -86,11 +86,12 @@ def _files_of(path: str, base_dir: Path) -> list[tuple[str, str, str]]:
     return [(kind, str(p), name(p)) for p in files]
 
 
-def line_cuts(path: storage.PathLike, pieces: int) -> list[tuple[int, int]]:
+def line_cuts(path: storage.PathLike, pieces: int, size: int | None = None) -> list[tuple[int, int]]:
     """At most `pieces` byte ranges of a line-oriented file, cut at about k/pieces of its size, each cut
     moved forward to the next line start (one seek per cut, no pass over the lines); a range that would
-    be empty (a line longer than a piece) is dropped, so a file may give fewer ranges than asked for."""
-    size = storage.size(path)
+    be empty (a line longer than a piece) is dropped, so a file may give fewer ranges than asked for.
+    `size`: cut only the file's first `size` bytes (a line start), not all of it."""
+    size = storage.size(path) if size is None else size
     boundaries = [0]
     with storage.open_read(path) as stream:
         for k in range(1, pieces):
