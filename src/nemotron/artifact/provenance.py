@@ -173,11 +173,13 @@ def step_config() -> dict | None:
 def calling_config() -> dict | None:
     """The Config of the step function that is saving, for a step that `nemotron.cli.run` did not parse
     (the recipe guide's bare `tyro.cli(main)`): the first argument of the nearest caller whose first
-    argument is a dataclass instance (`main(config)`), as JSON; None when there is none."""
+    argument is a dataclass instance (`main(config)`; a method's `self` is not a config), as JSON; None
+    when there is none."""
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        first = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+        name = code.co_varnames[0] if code.co_argcount else "self"
+        first = frame.f_locals.get(name) if name not in ("self", "cls") else None
         if dataclasses.is_dataclass(first) and not isinstance(first, type):
             return json.loads(json.dumps(recorded(first), default=str))
         frame = frame.f_back
