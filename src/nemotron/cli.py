@@ -37,6 +37,7 @@ from typing import Any
 import tyro
 
 from nemotron.artifact import SCALES, Artifact, print_complete
+from nemotron.artifact.fields import recorded
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.provenance import set_step_config
 from nemotron.errors import NemotronError
@@ -144,7 +145,7 @@ def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] |
         config = parse(main, args, presets)
         check_scale(config)
         if dataclasses.is_dataclass(config):
-            set_step_config(json.loads(json.dumps(dataclasses.asdict(config), default=str)))
+            set_step_config(json.loads(json.dumps(recorded(config), default=str)))
         with hold_output_dir(getattr(config, "output_dir", None)):
             made = main(config)
         print_complete(made)

@@ -35,7 +35,7 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -46,7 +46,7 @@ from nemotron.artifact import (
     mark_unfinished,
     source_ref,
 )
-from nemotron.artifact.fields import execution
+from nemotron.artifact.fields import added, execution, recorded
 from nemotron.cli import run
 from nemotron.data_prep.blend import DataBlend, default_pretrain_blend
 from nemotron.data_prep.chat.templates import ChatTemplateName, chat_template_named
@@ -135,6 +135,9 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
     vocab_size: int | None = None
     """BPE vocabulary size; default per scale (tokenizer.VOCAB_SIZES: tiny 4096, small 8192, medium 32768,
     full 131072, Nemotron Nano 2's vocabulary)."""
+    quality_threshold: float = added(1.0)
+    """Keep a document whose quality score, the share of the heuristic filters it passes
+    (`data_prep.quality`), is at least this; 1.0 (the default): every filter must pass."""
     near_duplicate_threshold: float = 0.8
     """Estimated Jaccard similarity at which a later document counts as a near duplicate."""
     num_shards: int = 4
@@ -157,9 +160,10 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
 
 
 
-def signature_stages(blend: DataBlend, seed: int) -> list:
+def signature_stages(blend: DataBlend, seed: int, quality_threshold: float = 1.0) -> list:
     """Pass 1a, per work item: read -> quality verdict, split, exact hash and MinHash sketch per document."""
-    return [ReadStage(mode="text"), SignatureStage(blend.split, filters="default", seed=seed)]
+    return [ReadStage(mode="text"),
+            SignatureStage(blend.split, filters="default", seed=seed, quality_threshold=quality_threshold)]
 
 
 def split_stages(resolution) -> list:
@@ -218,7 +222,7 @@ def curate(config: Config, stage_lists=STAGE_LISTS) -> PretrainDataset:
                       for item in shards.plan.items if item.split == "valid")
     return PretrainDataset(
         path=out,
-        config=asdict(config),
+        config=recorded(config),  # the config without a new knob at its default (`fields.added`)
         scale=config.scale,
         seed=config.seed,
         inputs=[*sources, *([synthetic] if synthetic is not None else [])],  # lineage: raw text, rephrased data
@@ -271,7 +275,8 @@ def curate_splits(config: Config, blend: DataBlend, out: Path, run_hash: str, ma
     if not items:
         require_documents(blend, {})  # every source is an empty file
     with timed("signatures", seconds):
-        signatures = plan_stages(items, input_fingerprint, signature_list(blend, config.seed), out / "curation")
+        signatures = plan_stages(items, input_fingerprint, signature_list(blend, config.seed, config.quality_threshold),
+                                 out / "curation")
         run_here(signatures, config)
         read_counts = reader_counts(signatures)
         require_documents(blend, read_counts)
@@ -343,6 +348,9 @@ def check_config(config: Config, vocab_size: int) -> None:
     if config.synthetic.strategies and not 0 < config.synthetic.weight < 1:
         raise NemotronError(f"--synthetic.weight {config.synthetic.weight} must be between 0 and 1 "
                             "(the share of train documents that are rephrased records)")
+    if not 0 < config.quality_threshold <= 1:
+        raise NemotronError(f"--quality-threshold {config.quality_threshold} must be in (0, 1]: the share of the "
+                            "quality filters a kept document passes")
     if config.num_shards < 1 or (config.workers is not None and config.workers < 1):
         raise NemotronError(f"--num-shards ({config.num_shards}) and --workers ({config.workers}) must be >= 1")
     if vocab_size < MIN_VOCAB_SIZE:
@@ -395,6 +403,7 @@ def curation_run_hash(config: Config, blend: DataBlend, sources: list[ArtifactRe
         "scale": config.scale,
         "seed": config.seed,
         "near_duplicate_threshold": config.near_duplicate_threshold,
+        **({} if config.quality_threshold == 1.0 else {"quality_threshold": config.quality_threshold}),
     }
     if synthetic is not None:  # only then: a run without synthetic data keeps the run hash it always had
         inputs["synthetic"] = [synthetic.digest, config.synthetic.weight]

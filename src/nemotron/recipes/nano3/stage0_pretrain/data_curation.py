@@ -46,9 +46,10 @@ class Config(nano2_curation.Config):
     output_dir: Path = Path("runs/nano3/stage0_pretrain/data_curation")
 
 
-def signature_stages(blend: DataBlend, seed: int) -> list:
+def signature_stages(blend: DataBlend, seed: int, quality_threshold: float = 1.0) -> list:
     """read -> quality verdict, split, exact hash and MinHash sketch per document."""
-    return [ReadStage(mode="text"), SignatureStage(blend.split, filters="default", seed=seed)]
+    return [ReadStage(mode="text"),
+            SignatureStage(blend.split, filters="default", seed=seed, quality_threshold=quality_threshold)]
 
 
 def split_stages(resolution) -> list:
