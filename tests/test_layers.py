@@ -269,3 +269,54 @@ def test_the_copy_check_finds_a_copied_block(tmp_path):
     lines = source.read_text().splitlines()
     copy.write_text("x = 1\n" + "\n".join(lines[-40:-20]))  # 20 lines of the step's main
     assert shared_blocks(source, copy)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One recipe's page is no other recipe's dependency (issue 59): nano3 imports the library, never a nano2
+# step. Only nano2's artifacts module may be shared (nano3's stage 0 makes nano2's PretrainDataset).
+# ---------------------------------------------------------------------------------------------------
+
+SHARED_NANO2 = {"nemotron.recipes.nano2.artifacts"}
+
+
+def nano2_step_imports(path: Path, module: str) -> list[str]:
+    """The nano2 modules other than its artifacts that the file at `path` (module `module`) imports: at
+    module level, inside a function or under TYPE_CHECKING, absolute or relative, as `import a.b` or as a
+    name in `from a import b`."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[:3] == ["nemotron", "recipes", "nano2"] and len(parts) > 3 \
+                    and ".".join(parts[:4]) not in SHARED_NANO2:
+                found.append(name)
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("nano3_file", sorted((SRC / "recipes" / "nano3").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_nano3_imports_no_nano2_step(nano3_file):
+    wrong = nano2_step_imports(nano3_file, module_name(nano3_file))
+    assert not wrong, f"{nano3_file.relative_to(SRC)} imports {wrong}: call the library (nemotron.data_prep...)"
+
+
+def test_the_nano2_step_check_finds_imports_anywhere(tmp_path):
+    step = tmp_path / "data_curation.py"
+    step.write_text("from nemotron.recipes.nano2.artifacts import PretrainDataset\n"
+                    "def main():\n"
+                    "    from nemotron.recipes.nano2.stage0_pretrain import data_curation as nano2_curation\n"
+                    "    from ...nano2 import stage1_sft\n"
+                    "    import nemotron.recipes.nano2.stage2_alignment.training\n")
+    assert nano2_step_imports(step, "nemotron.recipes.nano3.stage0_pretrain.data_curation") == [
+        "nemotron.recipes.nano2.stage0_pretrain", "nemotron.recipes.nano2.stage0_pretrain.data_curation",
+        "nemotron.recipes.nano2.stage1_sft", "nemotron.recipes.nano2.stage2_alignment.training"]
