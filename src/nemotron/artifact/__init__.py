@@ -76,6 +76,7 @@ from nemotron.artifact.provenance import (
     step_config,
 )
 from nemotron.errors import NemotronError
+from nemotron.trackers import get_lineage_tracker
 
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
@@ -260,8 +261,6 @@ class Artifact(BaseModel):
         directory; in metadata.json they are relative to the folder (`portable_json`), so a moved or
         copied folder reads its own files.
         """
-        from nemotron.trackers import get_lineage_tracker
-
         tracker = get_lineage_tracker()
         self.path = Path(self.path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
@@ -347,8 +346,6 @@ class Artifact(BaseModel):
         command-line flag of `path` (e.g. "--checkpoint-path"), named in the errors' fixes;
         `load_input(config, "checkpoint")` passes it for you.
         """
-        from nemotron.trackers import get_lineage_tracker
-
         tracker = get_lineage_tracker()
         if path is not None:
             art = cls.from_path(path, fix=cls._fix(flag))
