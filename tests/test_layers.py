@@ -333,3 +333,33 @@ def test_the_nano2_step_check_finds_imports_anywhere(tmp_path):
     assert nano2_step_imports(step, "nemotron.recipes.nano3.stage0_pretrain.data_curation") == [
         "nemotron.recipes.nano2.stage0_pretrain", "nemotron.recipes.nano2.stage0_pretrain.data_curation",
         "nemotron.recipes.nano2.stage1_sft", "nemotron.recipes.nano2.stage2_alignment.training"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# No private name crosses a module boundary (issue 59): a `_name` is its module's own; another module that
+# needs it gets a public name, or the helper moves where both can reach it.
+# ---------------------------------------------------------------------------------------------------
+
+
+def private_imports(source: str) -> list[str]:
+    """Every `_name` (not a dunder) in a `from nemotron... import` (or a relative import) of `source`,
+    wherever it stands in the imported list, one name a line or a parenthesised list over several."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "nemotron"):
+            found += [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_no_private_name_is_imported_from_another_module(path):
+    wrong = private_imports(path.read_text())
+    assert not wrong, f"{path.relative_to(SRC)} imports {wrong}: make it public, or move it where both can reach it"
+
+
+def test_the_private_import_check_reads_the_whole_list():
+    source = ("from nemotron.data_prep.sources import (\n    Document,\n    _shakespeare_folder,\n)\n"
+              "def f():\n    from nemotron.x import a, _b as b\n    from .y import __version__, _c\n"
+              "from os import _exit\n")
+    assert private_imports(source) == ["nemotron.data_prep.sources._shakespeare_folder", "nemotron.x._b", ".y._c"]
