@@ -19,6 +19,11 @@ Failing, a step says one line and stops the pipe instead of feeding garbage to t
   `--help` prints the full help as before;
 - stdout's reader gone (a later step in the pipe failed): nothing at all, exit status 141
   (`nemotron.artifact.pipe.reader_gone`), so the failed step's line is the only message.
+
+The command-line tools that make no artifact (`python -m nemotron.chat`, `nemotron.serve`, `nemotron.trace`,
+`nemotron.artifact`) fail the same way through the same wrapper: `run_tool(main)`, or `one_line_errors()`
+around their own parsing. A boolean option is a plain switch everywhere (`--history`, `--no-history`):
+tyro makes `--x` / `--no-x` of a `bool` field; a `bool | None` would want a value (tests/test_cli_tools.py).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import json
 import re
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tyro
@@ -130,9 +135,30 @@ def usage_error(box: str) -> str:
 AT_END: list[Callable[[], None]] = []
 
 
+@contextlib.contextmanager
+def one_line_errors(interrupted: str = "interrupted") -> Iterator[None]:
+    """A `NemotronError` inside: `error: <its line>` on stderr and exit status 2; Ctrl-C: `error: <interrupted>`
+    and exit status 130. No traceback either way."""
+    try:
+        yield
+    except NemotronError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        print(f"error: {interrupted}", file=sys.stderr)
+        sys.exit(130)
+
+
+def run_tool(main: Callable[[Any], Any], args: list[str] | None = None) -> None:
+    """A command-line tool that makes no artifact (chat, serve): its Config from the flags, then `main`, with
+    one-line errors."""
+    with one_line_errors():
+        main(parse(main, args))
+
+
 def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] | None = None,
         presets: dict[str, Any] | None = None) -> None:
-    try:
+    with one_line_errors("interrupted; re-run the same command to resume"):
         config = parse(main, args, presets)
         check_scale(config)
         if dataclasses.is_dataclass(config):
@@ -143,9 +169,3 @@ def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] |
         get_lineage_tracker().finish()  # flush a W&B run; a no-op for the others
         for hook in AT_END:
             hook()
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        print("error: interrupted; re-run the same command to resume", file=sys.stderr)
-        sys.exit(130)

@@ -22,6 +22,7 @@ from typing import Any
 from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.artifact.lineage import lineage_lines, read_metadata
+from nemotron.cli import one_line_errors
 from nemotron.errors import NemotronError
 from nemotron.training.metrics import read_metrics
 
@@ -259,10 +260,7 @@ def report_main(argv: list[str], write_report: Callable[[Path], Path], usage: st
     if len(argv) != 1:
         print(f"usage: {usage}", file=sys.stderr)
         return 2
-    try:
+    with one_line_errors():
         report = write_report(Path(argv[0]))
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     print(f"report written to {report}", file=sys.stderr)
     return 0
