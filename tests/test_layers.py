@@ -9,7 +9,8 @@
     trace/                    spans of a text found in a model's training data (below serve: its page calls it)
     models/                   model configs, loading, "fits this model" checks, the device a model runs on
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
-    artifact/ trackers cli    the contract every step keeps (and atomic writes, errors, CPU threads: count, wait)
+    artifact/ trackers cli    the contract every step keeps (and atomic writes, errors, CPU threads: count, wait,
+                              progress bars)
 
 Checked two ways: every `import` statement in the source (module level or inside a function) against
 the layer order, and each data-curation step imported in a fresh interpreter, which must not load
@@ -28,9 +29,10 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
-LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "cpu", "data_prep", "models", "trace", "serve", "training",
-          "sdg", "evaluation", "chat", "recipes"]
-BASE = {"artifact", "trackers", "cli", "errors", "atomic", "cpu", "__init__"}  # the contract: importable from anywhere
+LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "cpu", "progress", "data_prep", "models", "trace", "serve",
+          "training", "sdg", "evaluation", "chat", "recipes"]
+# the contract: importable from anywhere
+BASE = {"artifact", "trackers", "cli", "errors", "atomic", "cpu", "progress", "__init__"}
 
 
 def layer_of(module: str) -> str:
