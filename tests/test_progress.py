@@ -73,3 +73,31 @@ def test_tqdm_s_disable_none_still_shows_the_plain_bar_in_a_log():
     log = io.StringIO()
     list(progress_bar(iter(range(5)), desc="near dedup", disable=None, file=log))  # no total: no time left
     assert log.getvalue().startswith("near dedup: 5 it, ") and "\r" not in log.getvalue()
+
+
+def test_a_library_s_bar_in_a_log_is_plain_lines_and_other_text_passes_through(monkeypatch):
+    """`plain_stderr` (held by nemotron.cli around every step): lm-eval's, datasets' and transformers' bars
+    are tqdm's own, redrawn with '\\r'; in a log each is a line per interval and its end, a quick one none."""
+    import time
+
+    import nemotron.progress
+
+    monkeypatch.setattr(nemotron.progress, "PLAIN_INTERVAL", 0.2)
+    monkeypatch.setattr(nemotron.progress, "QUICK_BAR", 0.1)
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    with nemotron.progress.plain_stderr():
+        print("loading", file=sys.stderr)
+        list(tqdm(range(50)))  # 'Generating test split' style: over at once, nothing to say
+        for _ in tqdm(range(10), desc="Running loglikelihood requests"):
+            time.sleep(0.06)
+        for _ in tqdm(range(3), desc="cleared", leave=False):
+            time.sleep(0.06)
+        sys.stderr.write("mmlu: acc 0.400 ")
+        sys.stderr.write("(n=10)\n")
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and lines[0] == "loading" and lines[-1] == "mmlu: acc 0.400 (n=10)"
+    requests = [line for line in lines if line.startswith("Running loglikelihood requests")]
+    assert 2 <= len(requests) <= 5 and "10/10" in requests[-1]  # ~0.6 s at 0.2 s, and the end
+    assert not any("50/50" in line for line in lines)
+    assert len(lines) <= 10

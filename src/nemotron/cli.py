@@ -20,6 +20,10 @@ Failing, a step says one line and stops the pipe instead of feeding garbage to t
 - stdout's reader gone (a later step in the pipe failed): nothing at all, exit status 141
   (`nemotron.artifact.pipe.reader_gone`), so the failed step's line is the only message.
 
+In a log (stderr not a terminal), what the step writes to stderr goes through `nemotron.progress.plain_stderr`:
+a library's progress bar redrawn with carriage returns becomes a few plain lines (a line every 10 s, and its
+last state), so `make demo 2> log` reads line by line.
+
 The command-line tools that make no artifact (`python -m nemotron.chat`, `nemotron.serve`, `nemotron.trace`,
 `nemotron.artifact`) fail the same way through the same wrapper: `run_tool(main)`, or `one_line_errors()`
 around their own parsing. A boolean option is a plain switch everywhere (`--history`, `--no-history`):
@@ -45,6 +49,7 @@ from nemotron.artifact import SCALES, Artifact, print_complete
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.provenance import set_step_config
 from nemotron.errors import NemotronError
+from nemotron.progress import plain_stderr
 from nemotron.trackers import get_lineage_tracker
 
 EXIT_BAD_INPUT = 2
@@ -152,13 +157,13 @@ def one_line_errors(interrupted: str = "interrupted") -> Iterator[None]:
 def run_tool(main: Callable[[Any], Any], args: list[str] | None = None) -> None:
     """A command-line tool that makes no artifact (chat, serve): its Config from the flags, then `main`, with
     one-line errors."""
-    with one_line_errors():
+    with plain_stderr(), one_line_errors():
         main(parse(main, args))
 
 
 def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] | None = None,
         presets: dict[str, Any] | None = None) -> None:
-    with one_line_errors("interrupted; re-run the same command to resume"):
+    with plain_stderr(), one_line_errors("interrupted; re-run the same command to resume"):
         config = parse(main, args, presets)
         check_scale(config)
         if dataclasses.is_dataclass(config):

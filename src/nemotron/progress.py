@@ -14,12 +14,20 @@ and the time left, and the bar's postfix (the loss, where there is one). No carr
 
 `plain_interval()` is the same choice for progress reported as lines (`data_prep.progress.LiveProgress`):
 a line a second on a terminal, one every `PLAIN_INTERVAL` seconds in a log.
+
+The libraries' own bars (lm-eval's, `datasets`', `transformers`') are not ours to build, so `plain_stderr()`
+(which `nemotron.cli` holds around every step and tool) reads what they write: in a log, a bar redrawn with
+'\\r' becomes its state every `PLAIN_INTERVAL` seconds and its last state, one line each, and a bar that came
+and went within `QUICK_BAR` seconds says nothing; any other text passes through as written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tqdm import tqdm
@@ -28,6 +36,8 @@ PLAIN_INTERVAL = 10.0  # seconds between two lines of a bar written to a file, a
 PLAIN_FORMAT = ("{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed} spent, {remaining} left, "
                 "{rate_fmt}{postfix}")
 PLAIN_FORMAT_NO_TOTAL = "{desc}: {n_fmt} {unit}, {elapsed} spent, {rate_fmt}{postfix}"
+QUICK_BAR = 1.0  # seconds: a library's bar that ended sooner leaves no line in a log
+CURSOR_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # cursor moves and colours of nested or coloured bars
 
 
 def on_terminal(stream: Any = None) -> bool:
@@ -94,3 +104,90 @@ class PlainBar(tqdm):
 
     def moveto(self, n: int) -> None:
         pass  # lines only: no cursor movement between nested bars
+
+
+@contextlib.contextmanager
+def plain_stderr() -> Iterator[None]:
+    """Hold `sys.stderr` as `PlainLines` while the block runs, unless stderr is a terminal (then: as it is)."""
+    if on_terminal() or isinstance(sys.stderr, PlainLines):
+        yield
+        return
+    plain = PlainLines(sys.stderr)
+    with contextlib.redirect_stderr(plain):
+        try:
+            yield
+        finally:
+            plain.finish()
+
+
+class PlainLines:
+    """A text stream over `stream` that writes a redrawn line ('\\r' ... '\\r' ... '\\n') as plain lines.
+
+    Text without '\\r' is written through at once. From a line's first '\\r' on (a bar drawing itself), what
+    follows the last '\\r' is the line's state, as a terminal would show it: written as a line every
+    `PLAIN_INTERVAL` seconds while it changes, and at the line's end, unless it is a bar's drawing (written
+    with its '\\r') that lived under `QUICK_BAR` seconds. Text written after a bar cleared itself is kept."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.state: str | None = None  # the redrawn line's current text; None: not inside one
+        self.started = self.shown_at = 0.0
+        self.shown = ""
+        self.midline = False  # text written through since the last newline
+        self.drawn = False  # the state came with its '\\r' in one write: a bar's drawing, not a program's text
+
+    def write(self, text: str) -> int:
+        after_cr = False
+        for piece in re.split(r"(\r|\n)", text):
+            if piece == "\r":
+                if self.state is None:
+                    if self.midline:  # what was written of this line stays a line of its own
+                        self.stream.write("\n")
+                        self.midline = False
+                    self.started = self.shown_at = time.monotonic()
+                self.state, after_cr = "", True
+            elif piece == "\n":
+                after_cr = False
+                if self.state is None:
+                    self.stream.write("\n")
+                    self.midline = False
+                else:
+                    self.end_bar()
+            elif piece:
+                if self.state is None:
+                    self.stream.write(piece)
+                    self.midline = True
+                else:
+                    self.state += CURSOR_CODES.sub("", piece)
+                    self.drawn = after_cr
+        if self.state is not None and time.monotonic() - self.shown_at >= PLAIN_INTERVAL:
+            self.show()
+        return len(text)
+
+    def show(self) -> None:
+        line = self.state.strip() if self.state else ""
+        if line and line != self.shown:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            self.shown = line
+        self.shown_at = time.monotonic()
+
+    def end_bar(self) -> None:
+        if not self.drawn or time.monotonic() - self.started >= QUICK_BAR:
+            self.show()
+        self.state, self.shown = None, ""
+
+    def finish(self) -> None:
+        """A bar still drawn when the block ends: its last state, as at a line's end."""
+        if self.state is not None:
+            self.end_bar()
+        self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, buffer...: the stream's own
+        return getattr(self.stream, name)
