@@ -24,6 +24,7 @@ from nemotron.artifact import METADATA
 from nemotron.artifact.lineage import lineage_lines, read_metadata
 from nemotron.cli import one_line_errors
 from nemotron.errors import NemotronError
+from nemotron.recipes.orchestration import step_label
 from nemotron.training.metrics import read_metrics
 
 
@@ -93,8 +94,7 @@ def settings(art: dict[str, Any]) -> str:
 
 
 def step_name(art: dict[str, Any]) -> str:
-    parts = Path(art["path"]).parts
-    return "/".join(parts[-2:])
+    return step_label(art["path"])  # the name the orchestrator's log gives the step
 
 
 def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> list[str]:
