@@ -101,3 +101,14 @@ def test_a_library_s_bar_in_a_log_is_plain_lines_and_other_text_passes_through(m
     assert 2 <= len(requests) <= 5 and "10/10" in requests[-1]  # ~0.6 s at 0.2 s, and the end
     assert not any("50/50" in line for line in lines)
     assert len(lines) <= 10
+
+
+def test_a_long_data_prep_report_is_one_stage_a_line(capsys):
+    from nemotron.data_prep.progress import LINE_WIDTH, LiveProgress
+
+    progress = LiveProgress("data_prep", total=2)
+    progress.line = lambda: "data_prep: 2/2 items | " + " | ".join(f"stage{i}: " + "counts " * 15 for i in range(5))
+    progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "data_prep: 2/2 items" and len(lines) == 6
+    assert all(len(line) <= LINE_WIDTH for line in lines)

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from nemotron.progress import plain_interval
 from nemotron.trackers import get_lineage_tracker
 
+LINE_WIDTH = 160  # characters: a longer report is cut at its " | " separators, one part a line
+
 
 class LiveProgress:
     def __init__(self, prefix: str, total: int, enabled: bool = True, interval: float = 1.0,
@@ -64,7 +66,11 @@ class LiveProgress:
         return {**self.counts, **per_second}
 
     def say(self) -> None:
-        print(self.line(), file=sys.stderr, flush=True)
+        """The report on stderr; a long one (every stage's counts) one stage a line, so a log stays readable."""
+        line = self.line()
+        if len(line) > LINE_WIDTH:
+            line = line.replace(" | ", "\n    ")
+        print(line, file=sys.stderr, flush=True)
         self.printed = time.perf_counter()
 
     def report(self, last: bool = False) -> None:
