@@ -76,7 +76,7 @@ class PlainBar(tqdm):
         self._shown_n: float | None = None  # the count the last line showed
         options.update(mininterval=PLAIN_INTERVAL, maxinterval=PLAIN_INTERVAL, dynamic_ncols=False, ncols=None)
         options.setdefault("unit", "it")
-        total = options.get("total", len(iterable) if hasattr(iterable, "__len__") else None)
+        total = options.get("total") or (len(iterable) if hasattr(iterable, "__len__") else None)
         options.setdefault("bar_format", PLAIN_FORMAT if total else PLAIN_FORMAT_NO_TOTAL)
         super().__init__(iterable, **options)
 
