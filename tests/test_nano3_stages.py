@@ -64,8 +64,8 @@ def test_data_curation_saves_the_nano3_chat_template_with_the_tokenizer(dataset)
 
 
 def test_nano3_curation_is_byte_for_byte_nano2s_curation_with_the_nano3_template(dataset, tmp_path):
-    """nano3's own stage-0 data_curation (its stage lists over nano2's curation library) gives exactly the
-    shards, tokenizer and split files nano2's step gives for the same settings."""
+    """nano3's own stage-0 data_curation (its stage lists over the curation library, nemotron.data_prep.curation)
+    gives exactly the shards, tokenizer and split files nano2's step gives for the same settings."""
     from builders import folder_bytes, write_plays_blend
     from nemotron.recipes.nano2.stage0_pretrain import data_curation as nano2_curation
     from nemotron.recipes.nano3.stage0_pretrain import data_curation as nano3_curation

@@ -6,10 +6,11 @@ import pytest
 
 from nemotron.artifact.fields import recorded
 from nemotron.data_prep.blend import default_pretrain_blend
+from nemotron.data_prep.curation import curation_run_hash
 from nemotron.data_prep.quality import TextStats
 from nemotron.data_prep.stages.dedup import SignatureStage
 from nemotron.errors import NemotronError
-from nemotron.recipes.nano2.stage0_pretrain.data_curation import Config, curation_run_hash, main
+from nemotron.recipes.nano2.stage0_pretrain.data_curation import Config, main
 
 # Fails the Gopher word-count filter (fewer than 50 words) and nothing else a scene of prose would fail.
 SHORT_LINE = "The quick brown fox jumps over the lazy dog and then it runs away to the forest."

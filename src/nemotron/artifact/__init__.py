@@ -78,6 +78,7 @@ from nemotron.artifact.provenance import (
     step_config,
 )
 from nemotron.errors import NemotronError, expect_missing, report_in_one_line
+from nemotron.trackers import get_lineage_tracker
 
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
@@ -269,8 +270,6 @@ class Artifact(BaseModel):
         directory; in metadata.json they are relative to the folder (`portable_json`), so a moved or
         copied folder reads its own files.
         """
-        from nemotron.trackers import get_lineage_tracker
-
         tracker = get_lineage_tracker()
         self.path = Path(self.path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
@@ -363,8 +362,6 @@ class Artifact(BaseModel):
         command-line flag of `path` (e.g. "--checkpoint-path"), named in the errors' fixes;
         `load_input(config, "checkpoint")` passes it for you.
         """
-        from nemotron.trackers import get_lineage_tracker
-
         tracker = get_lineage_tracker()
         flag = flag or flag_given(path)
         if path is not None:

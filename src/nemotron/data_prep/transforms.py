@@ -35,10 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from nemotron import atomic
 from nemotron.errors import NemotronError
+from nemotron.progress import progress_bar
 
 Record = dict[str, Any]
 Transform = Callable[[Record], Record | None]
@@ -302,7 +301,7 @@ def write_jsonl(
     counts = JsonlCounts()
     skipped_by: Counter[str] = Counter()
     with atomic.output_file(path, "w") as out:  # published only if the block ends without an error
-        for record in tqdm(records, desc=f"writing {path.name}", unit="rec", file=sys.stderr, delay=2.0):
+        for record in progress_bar(records, desc=f"writing {path.name}", unit="rec", delay=2.0):
             counts.read += 1
             result, skipped_by_name = apply_transforms(record, transforms)
             if result is None:

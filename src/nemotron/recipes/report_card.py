@@ -22,7 +22,9 @@ from typing import Any
 from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.artifact.lineage import lineage_lines, read_metadata
+from nemotron.cli import one_line_errors
 from nemotron.errors import NemotronError
+from nemotron.recipes.orchestration import step_label
 from nemotron.training.metrics import read_metrics
 
 
@@ -92,8 +94,7 @@ def settings(art: dict[str, Any]) -> str:
 
 
 def step_name(art: dict[str, Any]) -> str:
-    parts = Path(art["path"]).parts
-    return "/".join(parts[-2:])
+    return step_label(art["path"])  # the name the orchestrator's log gives the step
 
 
 def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> list[str]:
@@ -268,10 +269,7 @@ def report_main(argv: list[str], write_report: Callable[[Path], Path], usage: st
     if len(argv) != 1:
         print(f"usage: {usage}", file=sys.stderr)
         return 2
-    try:
+    with one_line_errors():
         report = write_report(Path(argv[0]))
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     print(f"report written to {report}", file=sys.stderr)
     return 0
