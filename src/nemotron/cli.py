@@ -49,11 +49,9 @@ from nemotron.artifact import SCALES, Artifact, print_complete
 from nemotron.artifact.fields import recorded
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.provenance import set_step_config
-from nemotron.errors import NemotronError
+from nemotron.errors import EXIT_BAD_INPUT, NemotronError, print_error
 from nemotron.progress import plain_stderr
 from nemotron.trackers import get_lineage_tracker
-
-EXIT_BAD_INPUT = 2
 
 
 def per_scale(what: str, table: dict[str, Any]) -> Any:
@@ -103,7 +101,7 @@ def _tyro_cli(config_type: type, args: list[str] | None, description: str | None
             config = tyro.cli(config_type, args=args, description=description, **defaults)
     except SystemExit as e:
         if e.code not in (0, None):
-            print(f"error: {usage_error(captured.getvalue())}", file=sys.stderr)
+            print_error(usage_error(captured.getvalue()))
             sys.exit(EXIT_BAD_INPUT)
         sys.stderr.write(captured.getvalue())
         raise
@@ -156,10 +154,10 @@ def one_line_errors(interrupted: str = "interrupted") -> Iterator[None]:
     try:
         yield
     except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(str(e))
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
-        print(f"error: {interrupted}", file=sys.stderr)
+        print_error(interrupted)
         sys.exit(130)
 
 

@@ -45,6 +45,11 @@ def one_line(error: BaseException) -> str | None:
     return None
 
 
+def print_error(line: str) -> None:
+    """The one way a user-facing error is shown: `error: <line>` on stderr (`cli.one_line_errors`, `_hook`)."""
+    print(f"error: {line}", file=sys.stderr)
+
+
 _PREVIOUS = [sys.excepthook]  # the handler an error that keeps its traceback goes to
 
 
@@ -52,7 +57,7 @@ def _hook(kind, error, tb):
     line = one_line(error)
     if line is None:
         return _PREVIOUS[0](kind, error, tb)
-    print(f"error: {line}", file=sys.stderr)
+    print_error(line)
     if sys.flags.interactive or hasattr(sys, "ps1"):
         return None
     # Python exits 1 after an uncaught exception; a bad input exits 2, after the usual exit handlers.
