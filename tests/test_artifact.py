@@ -101,14 +101,15 @@ def test_newer_schema_version_is_refused_with_the_fix(tmp_path):
         Dataset.from_path(tmp_path / "ds")
 
 
-def test_missing_referenced_file_fails_at_save_and_load(tmp_path):
+def test_a_file_gone_since_save_fails_at_load_and_one_never_written_is_saved_recorded_missing(tmp_path, capsys):
     make_dataset(tmp_path / "ds")
     (tmp_path / "ds" / "data.txt").unlink()
     with pytest.raises(NemotronError, match="data.txt, which does not exist"):
         Dataset.from_path(tmp_path / "ds")
-    with pytest.raises(NemotronError, match="does not exist"):
-        Dataset(path=tmp_path / "x", data_file=tmp_path / "nope.txt", num_examples=1).save()
-    assert not (tmp_path / "x" / METADATA).exists()
+    saved = Dataset(path=tmp_path / "x", data_file=tmp_path / "nope.txt", num_examples=1).save()
+    assert saved.missing_files == ["data_file"] and saved.file_hashes == {}
+    assert capsys.readouterr().err.startswith("warning: Dataset.data_file is ")
+    assert Dataset.from_path(tmp_path / "x").missing_files == ["data_file"]  # loads: nothing vanished since
 
 
 def test_wrong_type_and_malformed_json(tmp_path):

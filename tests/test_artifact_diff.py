@@ -208,3 +208,28 @@ def test_two_stage0_runs_that_differ_in_one_curation_setting_part_at_data_curati
                             tmp_path / "B" / "stage0_pretrain" / "training")
     assert by_lineage["first_difference"]["name"] == "data_curation"
     assert by_lineage["first_difference"]["reason"] == "num_shards 4 -> 8"
+
+
+def test_files_under_other_run_hash_folders_pair_by_content_then_by_path_and_the_counts_add_up(tmp_path):
+    # nano2 vs nano3 stage-0 curation: the same shards under each run's own hash folder, one file changed.
+    def curated(folder: Path, run_hash: str, tokenizer: str) -> Shards:
+        shards = folder / "shards"
+        for i in range(3):
+            (shards / run_hash).mkdir(parents=True, exist_ok=True)
+            (shards / run_hash / f"train_{i:02d}.bin").write_text(f"tokens {i}")
+        (shards / run_hash / "tokenizer.json").write_text(tokenizer)
+        return Shards(path=folder, config={}, shards=shards, documents=3).save(step="curate")
+
+    curated(tmp_path / "a", "3f9c0a1b2d4e5f60", "template A")
+    curated(tmp_path / "b", "0d1e2f3a4b5c6d7e", "template B")
+    pair = diff_paths(tmp_path / "a", tmp_path / "b")["artifacts"][0]
+    assert pair["content"]["files"] == 4
+    assert pair["content"]["differing_files"] == [{
+        "name": "shards/3f9c0a1b2d4e5f60/tokenizer.json | shards/0d1e2f3a4b5c6d7e/tokenizer.json",
+        "a": pair["content"]["differing_files"][0]["a"], "b": pair["content"]["differing_files"][0]["b"]}]
+    assert "1 of 4 files differ" in pair["summary"]
+
+    # Equal bytes everywhere: data identical, though no file has the same name on both sides.
+    curated(tmp_path / "c", "0d1e2f3a4b5c6d7e", "template A")
+    same = diff_paths(tmp_path / "a", tmp_path / "c")["artifacts"][0]
+    assert same["content"]["data_identical"] and not same["content"]["differing_files"]

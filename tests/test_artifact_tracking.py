@@ -73,14 +73,15 @@ def test_a_step_run_by_cli_run_records_its_config(tmp_path, capsys):
     assert Summary(path=tmp_path / "x", config={"mine": 1}).save().config == {"mine": 1}
 
 
-def test_a_path_field_naming_nothing_is_refused_at_save_naming_the_field(tmp_path):
+def test_a_path_field_naming_nothing_is_saved_recorded_missing_with_one_warning_naming_the_field(tmp_path, capsys):
     (tmp_path / "n").mkdir()
-    with pytest.raises(NemotronError) as error:
-        Notes(path=tmp_path / "n", notes_path=tmp_path / "n" / "missing.txt", lines=1).save()
-    message = str(error.value)
-    assert message.startswith("Notes.notes_path is ") and "missing.txt, which does not exist" in message
-    assert "\n" not in message and not (tmp_path / "n" / METADATA).exists()
-    assert Summary(path=tmp_path / "optional").save().summary_path is None  # None is not a file
+    saved = Notes(path=tmp_path / "n", notes_path=tmp_path / "n" / "missing.txt", lines=1).save()
+    [warning] = capsys.readouterr().err.splitlines()
+    assert warning.startswith("warning: Notes.notes_path is ") and "missing.txt, which does not exist" in warning
+    assert saved.missing_files == ["notes_path"] and saved.file_hashes == {}
+    assert json.loads((tmp_path / "n" / METADATA).read_text())["missing_files"] == ["notes_path"]
+    summary = Summary(path=tmp_path / "optional").save()
+    assert summary.summary_path is None and summary.missing_files is None  # None is not a file
 
 
 def test_a_plain_path_field_is_hashed_and_relocated(tmp_path):

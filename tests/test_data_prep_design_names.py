@@ -29,10 +29,15 @@ def test_the_design_s_import_line_and_calls_work_as_written(tmp_path):
     chat = {"turns": [{"role": "developer", "content": "Be brief"}, {"role": "user", "content": "Hi"}]}
     assert openai_chat(messages="turns")(chat) == {
         "messages": [{"role": "system", "content": "Be brief"}, {"role": "user", "content": "Hi"}]}
+    # The design's `sharegpt`: "ShareGPT format: {conversations: [...]}", from/value turns.
     share = {"turns": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
-    assert sharegpt(conversations="turns")(share) == {
+    assert sharegpt(conversations="turns")(share) == {"conversations": share["turns"]}
+    assert sharegpt(conversations="turns")({"turns": chat["turns"]}) == {
+        "conversations": [{"from": "system", "value": "Be brief"}, {"from": "human", "value": "Hi"}]}
+    assert design.sharegpt_to_messages(conversations="turns")(share) == {
         "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
-    assert sorted(design.__all__) == ["Transform", "openai_chat", "passthrough", "rename", "select", "sft", "sharegpt"]
+    assert sorted(design.__all__) == ["Transform", "openai_chat", "passthrough", "rename", "select", "sft", "sharegpt",
+                                      "sharegpt_to_messages"]
 
     # They are our transforms: they chain in write_jsonl, which counts each skip under its name.
     counts = write_jsonl([record, {"instruction": "no answer"}], tmp_path / "sft.jsonl",
@@ -89,3 +94,34 @@ def test_rl_records_through_a_named_transform_count_what_it_skips(tmp_path):
 
     with pytest.raises(NemotronError, match="transform='nemotron_rl' is not known; use one of"):
         run_rl_pipeline(DataBlend(sources=[{"path": str(source)}]), tmp_path / "bad", transform="nemotron_rl")
+
+
+def test_run_rl_resolve_pipeline_normalizes_each_record_s_chat_and_keeps_what_its_reward_needs(tmp_path):
+    from nemotron.data_prep import run_rl_resolve_pipeline
+
+    source = tmp_path / "prompts.jsonl"
+    record = {"id": "p0", "answer": "4", "messages": [{"role": "developer", "content": "Be brief."},
+                                                      {"role": "user", "content": [{"type": "text", "text": "2+2?"}]}]}
+    write_lines(source, [record, {"id": "tool", "answer": "1", "messages": [{"role": "tool", "content": "1"}]}])
+    result = run_rl_resolve_pipeline(DataBlend(sources=[{"path": str(source)}], split=[1.0, 0.0, 0.0]),
+                                     tmp_path / "out", work_item_bytes="64MiB")
+    assert result.total_records == 1 and result.skipped_records == 1
+    assert read_split(result, "train") == [{"id": "p0", "answer": "4", "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]}]
+
+
+def test_byte_sizes_are_taken_as_the_design_writes_them(tmp_path):
+    from nemotron.data_prep.sizes import parse_size
+    from nemotron.data_prep.stages.plan import plan_work_items
+
+    assert parse_size("256MB") == 256_000_000 and parse_size("64MiB") == 64 << 20 == parse_size(64 << 20)
+    assert parse_size("1.5 GiB") == 3 << 29 and parse_size("512kb") == 512_000 and parse_size("100") == 100
+    for bad in ("256 parsecs", "-1MB", "0B", ""):
+        with pytest.raises(NemotronError, match="work_item_bytes="):
+            parse_size(bad, "work_item_bytes")
+    source = tmp_path / "docs.jsonl"
+    write_lines(source, [{"id": i, "text": "x" * 100} for i in range(100)])
+    blend = DataBlend(sources=[{"path": str(source)}])
+    as_string, _ = plan_work_items(blend, "2KB")
+    assert [(w.start, w.end) for w in as_string] == [(w.start, w.end) for w in plan_work_items(blend, 2000)[0]]
+    assert len(as_string) > 1

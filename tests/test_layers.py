@@ -9,7 +9,8 @@
     trace/                    spans of a text found in a model's training data (below serve: its page calls it)
     models/                   model configs, loading, "fits this model" checks, the device a model runs on
     data_prep/                data: sources, filters, tokenizers, chat templates, formats
-    artifact/ trackers cli    the contract every step keeps (and atomic writes, errors, CPU threads: count, wait)
+    artifact/ trackers cli    the contract every step keeps (and atomic writes, errors, CPU threads: count, wait,
+                              progress bars)
 
 Checked two ways: every `import` statement in the source (module level or inside a function) against
 the layer order, and each data-curation step imported in a fresh interpreter, which must not load
@@ -28,9 +29,10 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "nemotron"
-LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "cpu", "data_prep", "models", "trace", "serve", "training",
-          "sdg", "evaluation", "chat", "recipes"]
-BASE = {"artifact", "trackers", "cli", "errors", "atomic", "cpu", "__init__"}  # the contract: importable from anywhere
+LAYERS = ["artifact", "trackers", "cli", "errors", "atomic", "cpu", "progress", "data_prep", "models", "trace", "serve",
+          "training", "sdg", "evaluation", "chat", "recipes"]
+# the contract: importable from anywhere
+BASE = {"artifact", "trackers", "cli", "errors", "atomic", "cpu", "progress", "__init__"}
 
 
 def layer_of(module: str) -> str:
@@ -69,9 +71,9 @@ def test_imports_point_down_only(path):
 # ---------------------------------------------------------------------------------------------------
 
 
-def module_graph(root: Path, package: str) -> dict[str, set[str]]:
+def module_graph(root: Path, package: str, type_checking: bool = False) -> dict[str, set[str]]:
     """Module -> the modules of `package` it imports anywhere in its file (module or function level;
-    not under `if TYPE_CHECKING:`, which never runs and only names types for annotations).
+    under `if TYPE_CHECKING:`, which never runs and only names types for annotations, with `type_checking`).
 
     `from a.b import c` points at the module a.b.c when c is a module, else at a.b (a package's
     `__init__`). Only the named module counts, not the parent packages Python also runs, so a package
@@ -81,7 +83,7 @@ def module_graph(root: Path, package: str) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in names.items():
         edges = set()
-        for node in runtime_imports(ast.parse(path.read_text())):
+        for node in runtime_imports(ast.parse(path.read_text()), type_checking):
             if isinstance(node, ast.Import):
                 edges |= {alias.name for alias in node.names}
                 continue
@@ -95,11 +97,11 @@ def module_graph(root: Path, package: str) -> dict[str, set[str]]:
     return graph
 
 
-def runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+def runtime_imports(tree: ast.AST, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
     found, todo = [], [tree]
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not type_checking and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             todo += node.orelse
             continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -160,6 +162,15 @@ def test_no_import_cycle_inside_nemotron():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+def test_no_import_cycle_even_through_type_only_imports():
+    """Not even for annotations (issue 59): the trackers, which the artifact core calls, name the fields they
+    read (`trackers.Artifact`, a protocol) instead of importing the artifact core back."""
+    graph = module_graph(SRC, "nemotron", type_checking=True)
+    assert "nemotron.trackers" in graph["nemotron.artifact"]  # the one direction
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
 def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
@@ -170,6 +181,10 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path)
     (package / "sub" / "c.py").write_text("from typing import TYPE_CHECKING\nfrom .. import a\n"
                                          "if TYPE_CHECKING:\n    from pkg.sub import b\n")  # types only: no edge
     assert import_cycles(module_graph(package, "pkg")) == [["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]]
+    assert import_cycles(module_graph(package, "pkg", type_checking=True)) == [  # and the type-only one
+        ["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]]
+    (package / "a.py").write_text("x = 1\n")
+    assert import_cycles(module_graph(package, "pkg", type_checking=True)) == [["pkg.sub.b", "pkg.sub.c", "pkg.sub.b"]]
 
 
 # Every recipe module but package files: stage steps, and pipelines whose steps sit in the recipe folder.
@@ -269,3 +284,84 @@ def test_the_copy_check_finds_a_copied_block(tmp_path):
     lines = source.read_text().splitlines()
     copy.write_text("x = 1\n" + "\n".join(lines[-40:-20]))  # 20 lines of the step's main
     assert shared_blocks(source, copy)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One recipe's page is no other recipe's dependency (issue 59): nano3 imports the library, never a nano2
+# step. Only nano2's artifacts module may be shared (nano3's stage 0 makes nano2's PretrainDataset).
+# ---------------------------------------------------------------------------------------------------
+
+SHARED_NANO2 = {"nemotron.recipes.nano2.artifacts"}
+
+
+def nano2_step_imports(path: Path, module: str) -> list[str]:
+    """The nano2 modules other than its artifacts that the file at `path` (module `module`) imports: at
+    module level, inside a function or under TYPE_CHECKING, absolute or relative, as `import a.b` or as a
+    name in `from a import b`."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[:3] == ["nemotron", "recipes", "nano2"] and len(parts) > 3 \
+                    and ".".join(parts[:4]) not in SHARED_NANO2:
+                found.append(name)
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("nano3_file", sorted((SRC / "recipes" / "nano3").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_nano3_imports_no_nano2_step(nano3_file):
+    wrong = nano2_step_imports(nano3_file, module_name(nano3_file))
+    assert not wrong, f"{nano3_file.relative_to(SRC)} imports {wrong}: call the library (nemotron.data_prep...)"
+
+
+def test_the_nano2_step_check_finds_imports_anywhere(tmp_path):
+    step = tmp_path / "data_curation.py"
+    step.write_text("from nemotron.recipes.nano2.artifacts import PretrainDataset\n"
+                    "def main():\n"
+                    "    from nemotron.recipes.nano2.stage0_pretrain import data_curation as nano2_curation\n"
+                    "    from ...nano2 import stage1_sft\n"
+                    "    import nemotron.recipes.nano2.stage2_alignment.training\n")
+    assert nano2_step_imports(step, "nemotron.recipes.nano3.stage0_pretrain.data_curation") == [
+        "nemotron.recipes.nano2.stage0_pretrain", "nemotron.recipes.nano2.stage0_pretrain.data_curation",
+        "nemotron.recipes.nano2.stage1_sft", "nemotron.recipes.nano2.stage2_alignment.training"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# No private name crosses a module boundary (issue 59): a `_name` is its module's own; another module that
+# needs it gets a public name, or the helper moves where both can reach it.
+# ---------------------------------------------------------------------------------------------------
+
+
+def private_imports(source: str) -> list[str]:
+    """Every `_name` (not a dunder) in a `from nemotron... import` (or a relative import) of `source`,
+    wherever it stands in the imported list, one name a line or a parenthesised list over several."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "nemotron"):
+            found += [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+def test_no_private_name_is_imported_from_another_module(path):
+    wrong = private_imports(path.read_text())
+    assert not wrong, f"{path.relative_to(SRC)} imports {wrong}: make it public, or move it where both can reach it"
+
+
+def test_the_private_import_check_reads_the_whole_list():
+    source = ("from nemotron.data_prep.sources import (\n    Document,\n    _shakespeare_folder,\n)\n"
+              "def f():\n    from nemotron.x import a, _b as b\n    from .y import __version__, _c\n"
+              "from os import _exit\n")
+    assert private_imports(source) == ["nemotron.data_prep.sources._shakespeare_folder", "nemotron.x._b", ".y._c"]

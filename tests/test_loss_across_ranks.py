@@ -18,7 +18,7 @@ import pytest
 import torch
 
 WORKER = Path(__file__).with_name("one_step_across_ranks.py")
-STEPS = ["nano2_pretraining", "nano3_pretraining", "nano2_sft", "nano3_sft", "nano2_dpo", "nano3_grpo"]
+STEPS = ["nano2_pretraining", "nano3_pretraining", "nano2_sft", "nano3_sft", "nano3_grpo"]
 LR = 1e-3  # the worker's AdamW rate
 DISTRIBUTED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -77,6 +77,8 @@ def test_whole_recipe_report_card_shows_every_stage(nano3_run):
     assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
     assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
     assert "Held-out reward gain RL - SFT" in text and "sampled answers that drop a carry" in text
+    assert "sampled answers that add a carry that is not there" in text  # the mistake RL teaches, counted too
+    assert "| MoE layer | busiest expert's share |" in text and ", commit `" in text.splitlines()[2]
     # SFT's finer measures: the exact chances of the teacher's right working and of its mistake
     assert re.search(r"^\| chance of the right working, word for word \| [\d.e+-]+ ± [\d.e+-]+ \| 0\.\d+ ± ", text,
                      re.MULTILINE), text

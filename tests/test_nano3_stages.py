@@ -64,8 +64,8 @@ def test_data_curation_saves_the_nano3_chat_template_with_the_tokenizer(dataset)
 
 
 def test_nano3_curation_is_byte_for_byte_nano2s_curation_with_the_nano3_template(dataset, tmp_path):
-    """nano3's own stage-0 data_curation (its stage lists over nano2's curation library) gives exactly the
-    shards, tokenizer and split files nano2's step gives for the same settings."""
+    """nano3's own stage-0 data_curation (its stage lists over the curation library, nemotron.data_prep.curation)
+    gives exactly the shards, tokenizer and split files nano2's step gives for the same settings."""
     from builders import folder_bytes, write_plays_blend
     from nemotron.recipes.nano2.stage0_pretrain import data_curation as nano2_curation
     from nemotron.recipes.nano3.stage0_pretrain import data_curation as nano3_curation
@@ -327,6 +327,9 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
                                                       output_dir=tmp_path / "eval"))
     assert results.num_problems == 2 and results.metrics["samples_per_problem"] == 4
     assert {"reward_gain_stderr", "greedy_reward_gain_stderr", "rl_exact_match"} <= results.metrics.keys()
+    for model in ("sft", "rl"):  # every sampled answer that is wrong is one kind of mistake (Addition.mistake)
+        shares = [results.metrics[f"{model}_{kind}_share"] for kind in ("dropped_carry", "added_carry", "other")]
+        assert all(0 <= share <= 1 for share in shares) and sum(shares) <= 1 + 1e-9, results.metrics
     again = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
                                                     output_dir=tmp_path / "eval_again"))
     assert again.metrics["rl_reward"] == results.metrics["rl_reward"]  # seeded samples: the same numbers

@@ -2,7 +2,7 @@
 
 A micro-batch with no trained tokens (every position loss-masked), a sequence of one or two tokens and a
 batch of a single example are where a hand-written loss divides by zero or takes a mean of nothing. Each
-test builds the real loss of a training step (SFT's `sft_backward`, DPO's `dpo_backward` / `dpo_loss`,
+test builds the real loss of a training step (SFT's `sft_backward`, DPO's `completion_logprobs` and `dpo_loss`,
 GRPO's `policy_loss` on `sampled_logprobs`) on the recipes' own tiny models (nano2's hybrid Mamba
 model, nano3's MoE), and checks the loss is finite and the gradients are right: zero for a batch that
 trains nothing, and equal to a plain per-token computation (log-softmax of one forward pass per example)
@@ -20,8 +20,9 @@ import torch.nn.functional as F
 
 from nemotron.data_prep.packing import PackedRow
 from nemotron.models import nano2, nano3
-from nemotron.training.dpo import dpo_backward, dpo_loss
+from nemotron.training.dpo import dpo_loss
 from nemotron.training.grpo import group_advantages, policy_loss, sampled_logprobs
+from nemotron.training.logprobs import completion_logprobs
 from nemotron.training.packed_batches import collate_packed, masked_token_loss, sft_backward
 
 VOCAB = 96
@@ -131,8 +132,10 @@ def test_dpo_batch_of_one_with_one_token_answers_equals_the_plain_loss():
     model = build("nano2")
     prompts, chosen, rejected = [[4]], [[11]], [[12]]  # the shortest pair there is: 2 tokens per answer
     reference = (torch.tensor([-4.0], dtype=torch.float64), torch.tensor([-4.5], dtype=torch.float64))
-    loss, _, _ = dpo_backward(model, None, contextlib.nullcontext(), (prompts, chosen, rejected), [[0]], reference,
-                              beta=0.1, variant="sigmoid", label_smoothing=0.0)
+    # what the DPO step computes (its loop writes this out): both answers in one forward, then the loss
+    policy = completion_logprobs(model, prompts * 2, chosen + rejected, batch_size=2)
+    loss, _, _ = dpo_loss(policy[:1], policy[1:], *reference, beta=0.1)
+    loss.backward()
     actual = gradients(model)
     chosen_logp = plain_token_logprobs(model, [4, 11])[-1]
     rejected_logp = plain_token_logprobs(model, [4, 12])[-1]

@@ -68,7 +68,7 @@ def test_a_changed_setting_is_named_with_old_and_new_values_in_one_line(tmp_path
     assert again.config["lr"] == 2.0 and again.path == (tmp_path / "train").resolve()
     run_step(train, Config(output_dir=tmp_path / "train", lr=2.0), Trained, force=True)
     lines = rerun_lines(capsys.readouterr().err)
-    assert len(lines) == 1 and lines[0].startswith("re-running test_orchestration: --force;"), lines
+    assert len(lines) == 1 and lines[0].startswith(f"re-running {tmp_path.name}/train: --force;"), lines
 
 
 @dataclass
@@ -106,7 +106,7 @@ def test_where_a_run_lives_is_not_part_of_it_at_any_depth(tmp_path, capsys):
     assert skipped.path == (tmp_path / "copy" / "step").resolve()
     run_step(make_nested, dataclasses.replace(moved, inner=Inner(vocab=2)), Trained)
     assert rerun_lines(capsys.readouterr().err)[0].startswith(
-        "re-running test_orchestration: settings changed: inner.vocab 1 -> 2;")
+        "re-running copy/step: settings changed: inner.vocab 1 -> 2;")  # the step named by its folder
 
 
 @dataclass
@@ -181,7 +181,7 @@ def test_a_rerun_aside_reuses_the_finished_folder_s_nested_artifacts(tmp_path, c
     first = run_step(curate, Curate(tmp_path / "curation"), Trained)
     again = run_step(curate, Curate(tmp_path / "curation", threshold=0.1), Trained)
     assert calls == [[]]  # the nested step ran once, for the first run
-    assert "[skip] test_orchestration" in capsys.readouterr().err
+    assert "[skip] curation/synthetic" in capsys.readouterr().err  # named by its folder, as the report card does
     assert again.inputs == first.inputs and again.digest != first.digest
     assert Trained.from_path(tmp_path / "curation" / "synthetic").digest == first.inputs[0].digest
 
@@ -237,3 +237,18 @@ def test_a_nested_flag_the_orchestrator_overwrites_is_refused_naming_the_top_lev
         assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"]
         assert message in result.stderr
     assert not (tmp_path / "nano2").exists()
+
+
+def test_the_log_names_each_step_as_the_report_card_does(tmp_path):
+    """Issue 59: nano3's MoE and dense runs of one training step were both `stage0_pretrain/training` in the
+    log, and the benchmarks `nemotron/evaluation`; the log and the card now both name the output folder."""
+    from nemotron.recipes.orchestration import BENCHMARKS_FOLDER, step_label
+    from nemotron.recipes.report_card import step_name
+
+    run = tmp_path / "nano3"
+    assert step_label(run / "stage0_pretrain" / "training") == "stage0_pretrain/training"
+    assert step_label(run / "stage0_pretrain" / "training_dense") == "stage0_pretrain/training_dense"
+    assert step_label(run / BENCHMARKS_FOLDER) == "evaluation/benchmarks"
+    staging = run / "stage0_pretrain" / ".training_dense.rerun-0123456789ab"  # a re-run, built aside
+    assert step_label(staging) == "stage0_pretrain/training_dense"
+    assert step_name({"path": str(run / "stage0_pretrain" / "training_dense")}) == "stage0_pretrain/training_dense"

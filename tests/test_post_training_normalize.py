@@ -194,6 +194,29 @@ def test_parquet_and_hf_datasets_sources(tmp_path):
     assert dataset.metrics["removed_by_reason"] == {"exact duplicate": 2}
 
 
+def test_max_records_reads_the_first_n_records_of_each_source_counts_and_reports_them(tmp_path, capsys):
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist([math_record(n) for n in (3, 4, 5)]), tmp_path / "low.parquet")
+    jsonl = write_jsonl(tmp_path / "medium.jsonl", [math_record(n) for n in range(6, 12)])
+    short = write_jsonl(tmp_path / "high.jsonl", [math_record(20)])
+    sources = [f"math={jsonl}", f"math={tmp_path / 'low.parquet'}", f"math={short}"]
+    dataset = run_normalize(tmp_path / "out", sources, max_records=2, units_per_source=2)
+    assert dataset.records_per_split == {"math": {"medium": 2, "low": 2, "high": 1}}
+    assert [r["source_id"] for r in read_records(split_files(tmp_path / "out" / "math")["medium"][0])] == \
+        ["m-6", "m-7"]  # the first two, in file order
+    assert dataset.metrics["records_read"] == 5
+    assert dataset.metrics["max_records"] == 2 and dataset.metrics["sources_cut_short"] == ["medium.jsonl",
+                                                                                            "low.parquet"]
+    assert dataset.config["max_records"] == 2
+    assert "--max-records 2: read the first 2 records of 2 of 3 sources" in capsys.readouterr().err
+    assert "max_records" not in run_normalize(tmp_path / "all", sources[:1]).config  # unset: not recorded
+
+    for bad in (0, -3):
+        with pytest.raises(NemotronError, match=f"--max-records {bad} must be at least 1"):
+            run_normalize(tmp_path / "bad", sources, max_records=bad)
+
+
 def test_same_bytes_with_one_or_two_workers_as_the_process_pool_implementation_wrote(tmp_path):
     one = run_normalize(tmp_path / "one", [], workers=1)
     two = run_normalize(tmp_path / "two", [], workers=2)

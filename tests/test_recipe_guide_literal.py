@@ -185,8 +185,10 @@ def test_the_guide_s_three_steps_written_plainly_keep_lineage_digests_and_checks
     assert lineage.returncode == 0, lineage.stderr
     assert [line.split()[0] for line in lineage.stdout.splitlines()] == ["fitreport", "linefit", "samples",
                                                                          "samples"]
-    # The Config `run` parsed is the config of what it saved; the third step did not go through `run`.
-    assert data["config"]["heldout_every"] == 10 and model["config"]["lr"] == 0.5 and report["config"] == {}
+    # The Config `run` parsed is the config of what it saved; the third step, outside `run`, records the
+    # Config its `main` was called with.
+    assert data["config"]["heldout_every"] == 10 and model["config"]["lr"] == 0.5
+    assert report["config"]["output_dir"] == "output/evaluation"
     assert "training.py" in model["producer"]["command"] and model["producer"]["python_version"]
     assert model["producer"]["torch_version"] is None  # a step that never imported torch says so
 
@@ -203,9 +205,12 @@ def test_the_guide_s_three_steps_written_plainly_keep_lineage_digests_and_checks
     assert verify.returncode == 1 and "a field of metadata.json was edited" in verify.stderr, verify.stderr
     assert sh(f"{PYTHON} -m nemotron.artifact verify {report['path']}", tmp_path).returncode == 1
 
-    # A Path field that names nothing is refused at save, in one line naming the field.
-    bad = sh(f"{PYTHON} data_curation.py --heldout-every 0 --output-dir output/no_heldout", tmp_path)
-    assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: Samples.heldout_path is "), bad.stderr
-    assert "heldout.json, which does not exist" in bad.stderr
-    assert not (tmp_path / "output" / "no_heldout" / "metadata.json").exists()
+    # A Path field that names nothing is saved recorded missing, with one warning line naming the field;
+    # the step that reads it is refused in one line.
+    made = sh(f"{PYTHON} data_curation.py --heldout-every 0 --output-dir output/no_heldout", tmp_path)
+    assert made.returncode == 0 and json.loads(made.stdout)["samples"]["missing_files"] == ["heldout_path"]
+    assert made.stderr.startswith("warning: Samples.heldout_path is "), made.stderr
+    assert "heldout.json, which does not exist: recorded as missing" in made.stderr.splitlines()[0]
+    bad = sh(f"{PYTHON} evaluation.py --model-path output/training --dataset-path output/no_heldout", tmp_path)
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1, bad.stderr
+    assert "samples.heldout_path was recorded missing when its step saved it" in bad.stderr

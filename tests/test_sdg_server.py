@@ -244,6 +244,22 @@ def test_data_designer_runs_our_prompts_against_our_server(server, tmp_path, mon
         assert format_output(qa, json.dumps(parsed), parsed).count("Question:") >= 3
 
 
+def test_the_readme_s_data_designer_block_runs_against_our_server(server, tmp_path, monkeypatch, capsys):
+    """src/nemotron/sdg/README.md's Data Designer block, as written but for the test server's URL and model id."""
+    readme = (Path(__file__).resolve().parents[1] / "src" / "nemotron" / "sdg" / "README.md").read_text()
+    block = readme.split("<!-- data-designer -->\n```python\n", 1)[1].split("```", 1)[0]
+    here = 'URL, MODEL = "http://127.0.0.1:8000/v1", "smollm2-135m-instruct"'
+    assert here in block
+    rebuild_cl100k(tmp_path)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    names: dict = {}
+    exec(block.replace(here, f"URL, MODEL = {server.url!r}, {MODEL!r}"), names)
+    frame = names["frame"]
+    assert list(frame["topic"]) == ["tides", "bread"] and all(s.strip() for s in frame["summary"])
+    assert "summary" in capsys.readouterr().out and (tmp_path / "data_designer_runs").is_dir()
+
+
 def test_server_killed_mid_run_resumes_without_loss_or_duplicates(server, tmp_path):
     records, _ = load_seed("shakespeare", num_documents=3)
     # one request at a time, each long enough (up to 160 tokens, ~0.5 s on an idle CPU) that the kill lands well

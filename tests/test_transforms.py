@@ -15,6 +15,7 @@ from nemotron.data_prep.transforms import (
     select,
     sft,
     sharegpt,
+    sharegpt_to_messages,
     write_jsonl,
 )
 from nemotron.errors import NemotronError
@@ -76,7 +77,18 @@ def test_openai_chat_skips_what_the_template_cannot_train_on(messages):
     assert openai_chat()({"messages": messages}) is None
 
 
-def test_sharegpt_converts_speakers_to_openai_roles():
+def test_sharegpt_writes_conversations_of_from_value_turns_from_either_chat_shape():
+    openai = {"id": 1, "chat": [{"role": "developer", "content": "Be kind."}, {"role": "user", "content": "Hi"},
+                                {"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]}]}
+    turns = {"id": 1, "chat": [{"from": "system", "value": "Be kind."}, {"from": "user", "value": "Hi"},
+                               {"from": "chatgpt", "value": "Hello!"}]}
+    expected = {"id": 1, "conversations": [{"from": "system", "value": "Be kind."}, {"from": "human", "value": "Hi"},
+                                           {"from": "gpt", "value": "Hello!"}]}
+    assert sharegpt("chat", keep=["id"])(openai) == sharegpt("chat", keep=["id"])(turns) == expected
+    assert sharegpt("chat")({"chat": [{"role": "tool", "content": "{}"}]}) is None
+
+
+def test_sharegpt_to_messages_converts_speakers_to_openai_roles():
     record = {
         "conversations": [
             {"from": "system", "value": "You are kind."},
@@ -84,7 +96,7 @@ def test_sharegpt_converts_speakers_to_openai_roles():
             {"from": "gpt", "value": "Hello!"},
         ]
     }
-    assert sharegpt()(record) == {
+    assert sharegpt_to_messages()(record) == {
         "messages": [
             {"role": "system", "content": "You are kind."},
             {"role": "user", "content": "Hi"},
@@ -92,7 +104,7 @@ def test_sharegpt_converts_speakers_to_openai_roles():
         ]
     }
     assert (
-        sharegpt()(
+        sharegpt_to_messages()(
             {"conversations": [{"from": "human", "value": "Hi"}, {"from": "observation", "value": "{}"}]}
         )
         is None
@@ -146,10 +158,10 @@ def test_convert_counts_written_skipped_and_malformed(tmp_path):
         ],
     )
     counts = convert_jsonl(
-        source, tmp_path / "out" / "chat.jsonl", [sharegpt(keep=["id"]), select(["id", "messages"])]
+        source, tmp_path / "out" / "chat.jsonl", [sharegpt_to_messages(keep=["id"]), select(["id", "messages"])]
     )
     assert counts == JsonlCounts(
-        read=3, written=1, skipped=2, malformed=1, skipped_by={"sharegpt(conversations)": 2}
+        read=3, written=1, skipped=2, malformed=1, skipped_by={"sharegpt_to_messages(conversations)": 2}
     )
     assert counts.as_metrics()["malformed"] == 1
     lines = (tmp_path / "out" / "chat.jsonl").read_text(encoding="utf-8").splitlines()

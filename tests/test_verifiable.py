@@ -39,6 +39,23 @@ def test_a_dropped_carry_gives_the_answer_worked_by_hand():
     assert "reasoning_content" not in problem.messages(with_reasoning=False, drop=1)[1]
 
 
+def test_an_added_carry_and_every_other_mistake_are_told_apart_from_a_dropped_one():
+    """The wrong answers RL was seen to teach (86 + 90 -> 186, 11 + 15 -> 36, 40 + 16 -> 66): a carry into a
+    column the one before carried nothing into, worked by hand; each wrong answer gets one kind."""
+    # 86 + 90: 6 + 0 = 6 (no carry), 8 + 9 = 17 (carry): a carry into the tens gives 186; the hundreds already
+    # get one
+    assert Addition(86, 90).added_carry_answers == {"186"}
+    # 11 + 15 = 26 carries nothing: into the tens 36, or a leading 1 after the last column 126
+    assert Addition(11, 15).added_carry_answers == {"36", "126"}
+    assert Addition(40, 16).added_carry_answers == {"66", "156"}
+    assert Addition(99, 1).added_carry_answers == set()  # every column carries: nothing to add
+    problem = Addition(47, 38)  # 85; the teacher's dropped carry gives 75
+    assert [problem.mistake(answer) for answer in ("85", "75", "185", "84", None)] == [
+        None, "dropped_carry", "added_carry", "other", "other"]
+    assert {Addition(11, 15).mistake(a) for a in ("36", "126")} == {"added_carry"}
+    assert set(verifiable.ADDITION_MISTAKES) == {"dropped_carry", "added_carry", "other"}
+
+
 def test_a_sum_is_asked_in_several_wordings_with_the_same_answer():
     problems = verifiable.addition_problems(400, seed=0)
     assert {p.phrasing for p in problems} == set(range(len(verifiable.PHRASINGS["addition"])))

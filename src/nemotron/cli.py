@@ -19,6 +19,15 @@ Failing, a step says one line and stops the pipe instead of feeding garbage to t
   `--help` prints the full help as before;
 - stdout's reader gone (a later step in the pipe failed): nothing at all, exit status 141
   (`nemotron.artifact.pipe.reader_gone`), so the failed step's line is the only message.
+
+In a log (stderr not a terminal), what the step writes to stderr goes through `nemotron.progress.plain_stderr`:
+a library's progress bar redrawn with carriage returns becomes a few plain lines (a line every 10 s, and its
+last state), so `make demo 2> log` reads line by line.
+
+The command-line tools that make no artifact (`python -m nemotron.chat`, `nemotron.serve`, `nemotron.trace`,
+`nemotron.artifact`) fail the same way through the same wrapper: `run_tool(main)`, or `one_line_errors()`
+around their own parsing. A boolean option is a plain switch everywhere (`--history`, `--no-history`):
+tyro makes `--x` / `--no-x` of a `bool` field; a `bool | None` would want a value (tests/test_cli_tools.py).
 """
 
 from __future__ import annotations
@@ -31,18 +40,26 @@ import json
 import re
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tyro
 
 from nemotron.artifact import SCALES, Artifact, print_complete
+from nemotron.artifact.fields import recorded
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.provenance import set_step_config
-from nemotron.errors import NemotronError
+from nemotron.errors import EXIT_BAD_INPUT, NemotronError, print_error
+from nemotron.progress import plain_stderr
 from nemotron.trackers import get_lineage_tracker
 
-EXIT_BAD_INPUT = 2
+
+def per_scale(what: str, table: dict[str, Any]) -> Any:
+    """A flag's help written from the table its default comes from, so the help cannot name another
+    figure: `steps: per_scale("Optimizer steps", STEPS) = None` reads "Optimizer steps; default per scale
+    (tiny 150, small 2000, ...)" in --help. The field's type is `int | None`, as a per-scale default is."""
+    figures = ", ".join(f"{scale} {value}" for scale, value in table.items())  # no 2,000: help wraps at commas
+    return typing.Annotated[int | None, tyro.conf.arg(help=f"{what}; default per scale ({figures}).")]
 
 
 def check_scale(config: Any) -> None:
@@ -84,7 +101,7 @@ def _tyro_cli(config_type: type, args: list[str] | None, description: str | None
             config = tyro.cli(config_type, args=args, description=description, **defaults)
     except SystemExit as e:
         if e.code not in (0, None):
-            print(f"error: {usage_error(captured.getvalue())}", file=sys.stderr)
+            print_error(usage_error(captured.getvalue()))
             sys.exit(EXIT_BAD_INPUT)
         sys.stderr.write(captured.getvalue())
         raise
@@ -130,22 +147,37 @@ def usage_error(box: str) -> str:
 AT_END: list[Callable[[], None]] = []
 
 
+@contextlib.contextmanager
+def one_line_errors(interrupted: str = "interrupted") -> Iterator[None]:
+    """A `NemotronError` inside: `error: <its line>` on stderr and exit status 2; Ctrl-C: `error: <interrupted>`
+    and exit status 130. No traceback either way."""
+    try:
+        yield
+    except NemotronError as e:
+        print_error(str(e))
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        print_error(interrupted)
+        sys.exit(130)
+
+
+def run_tool(main: Callable[[Any], Any], args: list[str] | None = None) -> None:
+    """A command-line tool that makes no artifact (chat, serve): its Config from the flags, then `main`, with
+    one-line errors."""
+    with plain_stderr(), one_line_errors():
+        main(parse(main, args))
+
+
 def run(main: Callable[[Any], Artifact | dict[str, Artifact]], args: list[str] | None = None,
         presets: dict[str, Any] | None = None) -> None:
-    try:
+    with plain_stderr(), one_line_errors("interrupted; re-run the same command to resume"):
         config = parse(main, args, presets)
         check_scale(config)
         if dataclasses.is_dataclass(config):
-            set_step_config(json.loads(json.dumps(dataclasses.asdict(config), default=str)))
+            set_step_config(json.loads(json.dumps(recorded(config), default=str)))
         with hold_output_dir(getattr(config, "output_dir", None)):
             made = main(config)
         print_complete(made)
         get_lineage_tracker().finish()  # flush a W&B run; a no-op for the others
         for hook in AT_END:
             hook()
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        print("error: interrupted; re-run the same command to resume", file=sys.stderr)
-        sys.exit(130)

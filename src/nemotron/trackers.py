@@ -30,12 +30,22 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from nemotron.errors import NemotronError
 
-if TYPE_CHECKING:
-    from nemotron.artifact import Artifact
+
+class Artifact(Protocol):
+    """What a tracker reads of an artifact it records (`nemotron.artifact.Artifact` is one): trackers sit below
+    the artifact core, which calls them, so they name only these fields and never import it."""
+
+    type: str
+    path: Path
+    digest: str | None
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+
+    def files(self) -> list[Path]: ...
 
 
 class LineageTracker(Protocol):

@@ -66,8 +66,10 @@ from nemotron.artifact.pipe import (
 from nemotron.artifact.provenance import (
     ArtifactRef,
     Producer,
+    calling_config,
     calling_step,
     class_spec,
+    flag_given,
     git_revision,
     loaded_refs,
     record_loaded,
@@ -75,7 +77,8 @@ from nemotron.artifact.provenance import (
     source_ref,
     step_config,
 )
-from nemotron.errors import NemotronError
+from nemotron.errors import NemotronError, expect_missing, report_in_one_line
+from nemotron.trackers import get_lineage_tracker
 
 # The public names, wherever they live: `from nemotron.artifact import X` keeps working for each.
 __all__ = [
@@ -88,6 +91,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+report_in_one_line()  # a step that ends with a bare `tyro.cli(main)` fails in one line too (nemotron.errors)
 
 # Scale: one knob that shrinks every recipe from a cluster run to a laptop run.
 SCALES = {"tiny": 0.01, "small": 0.10, "medium": 0.30, "full": 1.0}
@@ -119,11 +124,14 @@ class Artifact(BaseModel):
     # sha256 of each file the artifact vouches for, by its name relative to the folder: what `verify`
     # compares to name the file that changed. None in metadata.json written before it was recorded.
     file_hashes: dict[str, str] | None = None
+    # The file fields that named no file when the step saved (a declared `valid_path` never written): kept
+    # as the step gave them, neither checked nor hashed; a step that reads one is refused in one line.
+    missing_files: list[str] | None = None
 
     # The fields the digest leaves out (where, when, who, how fast) or covers on their own (files,
     # config, inputs): see `nemotron.artifact.digest`.
     NOT_IDENTITY: ClassVar[frozenset[str]] = frozenset(
-        {"path", "created_at", "producer", "metrics", "digest", "file_hashes", "config", "inputs"})
+        {"path", "created_at", "producer", "metrics", "digest", "file_hashes", "config", "inputs", "missing_files"})
 
     # The step that makes this artifact ("package.module" or a script path), named in errors when an
     # input is missing. Default: the module that defines the class, when that module is a step.
@@ -168,13 +176,14 @@ class Artifact(BaseModel):
 
     # -- files -------------------------------------------------------------------------------
 
-    def field_files(self) -> list[tuple[str, Path]]:
+    def field_files(self, missing: bool = False) -> list[tuple[str, Path]]:
         """(field, path) for each file this artifact's fields reference: its `ArtifactPath` and plain
-        `Path` fields (single, optional or lists)."""
+        `Path` fields (single, optional or lists); those recorded missing only with `missing=True`."""
         found = []
         for name in file_fields(type(self).model_fields):
             value = getattr(self, name)
-            found += [(name, Path(v)) for v in (value if isinstance(value, list) else [value]) if v is not None]
+            if missing or name not in (self.missing_files or ()):
+                found += [(name, Path(v)) for v in (value if isinstance(value, list) else [value]) if v is not None]
         return found
 
     def files(self) -> list[Path]:
@@ -195,14 +204,15 @@ class Artifact(BaseModel):
                     "re-run the step that made it"
                 )
 
-    def check_files_to_save(self) -> None:
-        """Refuse to save an artifact whose file fields name nothing, in one line naming the field."""
-        for name, f in self.field_files():
-            if not f.exists():
-                raise NemotronError(
-                    f"{type(self).__name__}.{name} is {f}, which does not exist: write it before save() or "
-                    "fix the path (a stem of several files, like bin/idx shards, is typed ArtifactPrefix)"
-                )
+    def record_missing_files(self) -> None:
+        """The rule for a declared file that does not exist at save: the field is recorded in `missing_files`
+        with a one-line warning on stderr, and the artifact is saved without it (not hashed, not checked on
+        load); the step that then reads the file is refused in one line (`errors.missing_file`)."""
+        missing = sorted({name for name, f in self.field_files(missing=True) if not f.exists()})
+        for name in missing:
+            print(f"warning: {type(self).__name__}.{name} is {getattr(self, name)}, which does not exist: "
+                  "recorded as missing; a step that reads it will be refused", file=sys.stderr)
+        self.missing_files = missing or None
 
     def hash_files(self) -> dict[str, str]:
         """The sha256 of every file under `files()`, by its name relative to the folder (`file_hashes`)."""
@@ -260,8 +270,6 @@ class Artifact(BaseModel):
         directory; in metadata.json they are relative to the folder (`portable_json`), so a moved or
         copied folder reads its own files.
         """
-        from nemotron.trackers import get_lineage_tracker
-
         tracker = get_lineage_tracker()
         self.path = Path(self.path).resolve()
         self.path.mkdir(parents=True, exist_ok=True)
@@ -270,14 +278,18 @@ class Artifact(BaseModel):
             if value is not None:
                 resolved = [Path(v).resolve() for v in value] if isinstance(value, list) else Path(value).resolve()
                 setattr(self, name, resolved)
-        self.check_files_to_save()
+        self.record_missing_files()
         self.check_files()
         # What the step did not say, the process remembers: the artifacts it loaded are its inputs,
-        # the Config `nemotron.cli.run` parsed is its config (an explicit `inputs=` / `config=` wins).
+        # the Config `nemotron.cli.run` parsed (or, under a bare `tyro.cli(main)`, main's Config argument)
+        # is its config, and that Config's scale and seed are its own (an explicit argument wins).
         if "inputs" not in self.model_fields_set:
             self.inputs = loaded_refs(excluding=self.path)
-        if "config" not in self.model_fields_set and (config := step_config()) is not None:
+        if "config" not in self.model_fields_set and (config := step_config() or calling_config()) is not None:
             self.config = config
+        for key, kind in (("scale", str), ("seed", int)):
+            if key not in self.model_fields_set and isinstance(self.config.get(key), kind):
+                setattr(self, key, self.config[key])
         commit, dirty = git_revision()
         self.producer = Producer(
             step=step or calling_step(),
@@ -326,6 +338,9 @@ class Artifact(BaseModel):
         except ValidationError as e:
             raise NemotronError(f"{where}: invalid {cls.type_name()}: {_one_line(e)}") from None
         art.check_files()
+        for name, f in art.field_files(missing=True):
+            if name in (art.missing_files or ()):
+                expect_missing(f, f"{where}: {cls.type_name()}.{name} was recorded missing when its step saved it")
         return art
 
     @classmethod
@@ -347,9 +362,8 @@ class Artifact(BaseModel):
         command-line flag of `path` (e.g. "--checkpoint-path"), named in the errors' fixes;
         `load_input(config, "checkpoint")` passes it for you.
         """
-        from nemotron.trackers import get_lineage_tracker
-
         tracker = get_lineage_tracker()
+        flag = flag or flag_given(path)
         if path is not None:
             art = cls.from_path(path, fix=cls._fix(flag))
         elif tracked_artifact is not None:

@@ -32,10 +32,9 @@ import tyro
 from nemotron.artifact.browse import write_page
 from nemotron.artifact.diff import diff_paths, render
 from nemotron.artifact.lineage import Mismatch, lineage_lines, read_metadata, verify_tree
-from nemotron.errors import NemotronError
+from nemotron.cli import one_line_errors
 
 EXIT_MISMATCH = 1
-EXIT_BAD_INPUT = 2
 
 
 @dataclass
@@ -95,27 +94,26 @@ Command = (
 
 def main(args: list[str] | None = None) -> int:
     command = tyro.cli(Command, args=args, prog="python -m nemotron.artifact", description=__doc__)
-    try:
-        if isinstance(command, Show):
-            print(json.dumps(read_metadata(command.path), indent=2))
-        elif isinstance(command, Lineage):
-            print("\n".join(lineage_lines(command.path)))
-        elif isinstance(command, Diff):
-            report = diff_paths(command.a, command.b)
-            print(json.dumps(report, indent=2) if command.json else "\n".join(render(report)))
-            return 0 if report["identical"] else EXIT_MISMATCH
-        elif isinstance(command, Browse):
-            written = write_page(command.runs, command.output)
-            print(f"wrote {written}", file=sys.stderr)
-        else:
-            checked = verify_tree(command.path)
-            print(f"ok  {checked[0].type}  {checked[0].digest}  ({len(checked)} artifacts checked)", file=sys.stderr)
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except Mismatch as e:
-        print(f"mismatch: {e}", file=sys.stderr)
-        return EXIT_MISMATCH
+    with one_line_errors():  # a NemotronError: `error: ...`, exit 2
+        try:
+            if isinstance(command, Show):
+                print(json.dumps(read_metadata(command.path), indent=2))
+            elif isinstance(command, Lineage):
+                print("\n".join(lineage_lines(command.path)))
+            elif isinstance(command, Diff):
+                report = diff_paths(command.a, command.b)
+                print(json.dumps(report, indent=2) if command.json else "\n".join(render(report)))
+                return 0 if report["identical"] else EXIT_MISMATCH
+            elif isinstance(command, Browse):
+                written = write_page(command.runs, command.output)
+                print(f"wrote {written}", file=sys.stderr)
+            else:
+                checked = verify_tree(command.path)
+                print(f"ok  {checked[0].type}  {checked[0].digest}  ({len(checked)} artifacts checked)",
+                      file=sys.stderr)
+        except Mismatch as e:
+            print(f"mismatch: {e}", file=sys.stderr)
+            return EXIT_MISMATCH
     return 0
 
 

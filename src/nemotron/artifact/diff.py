@@ -27,6 +27,7 @@ execution keys, metrics and producer facts are reported but do not make two runs
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ from nemotron.errors import NemotronError
 
 # Top-level metadata keys with a group of their own; every other key is a typed field of the class.
 # `file_hashes` (each file's sha256, as saved) is the content group's, which reads the files themselves.
-BASE_KEYS = ("type", "path", "created_at", "producer", "config", "inputs", "metrics", "digest", "file_hashes")
+BASE_KEYS = ("type", "path", "created_at", "producer", "config", "inputs", "metrics", "digest", "file_hashes",
+             "missing_files")
 # Producer facts that change how a run ran (the last bits of its numbers), with their words in a summary.
 PRODUCER_FACTS = {
     "command": "command", "num_threads": "thread count", "torch_version": "torch version",
@@ -145,8 +147,8 @@ def compare(a: Facts, b: Facts, name: str) -> dict[str, Any]:
     execution = [c for c in config if c["key"].rsplit(".", 1)[-1] in EXECUTION_KEYS and c not in located]
     asked = [c for c in config if c not in located and c not in execution]
     made = [c for c in typed if c not in located]
-    files = [{"name": n, "a": a.files.get(n), "b": b.files.get(n)}
-             for n in sorted(set(a.files) | set(b.files)) if a.files.get(n) != b.files.get(n)]
+    matched = matched_files(a.files, b.files)
+    files = [{"name": n, "a": ha, "b": hb} for n, ha, hb in matched if ha != hb]
     producer = changes({k: v for k, v in (a.data.get("producer") or {}).items() if k in PRODUCER_FACTS},
                        {k: v for k, v in (b.data.get("producer") or {}).items() if k in PRODUCER_FACTS})
     inputs = input_changes(a.data.get("inputs") or [], b.data.get("inputs") or [])
@@ -158,7 +160,7 @@ def compare(a: Facts, b: Facts, name: str) -> dict[str, Any]:
         "type": type_change or a.data.get("type"),
         "digest": {"a": a.data.get("digest"), "b": b.data.get("digest")},
         "config": asked, "fields": made, "locations": located, "execution": execution,
-        "content": {"files_a": len(a.files), "files_b": len(b.files), "differing_files": files,
+        "content": {"files_a": len(a.files), "files_b": len(b.files), "files": len(matched), "differing_files": files,
                     "data_identical": bool(a.files) and not files},
         "inputs": inputs,
         "metrics": changes(flatten(a.data.get("metrics") or {}), flatten(b.data.get("metrics") or {})),
@@ -166,6 +168,32 @@ def compare(a: Facts, b: Facts, name: str) -> dict[str, Any]:
     }
     pair["summary"] = summary(pair)
     return pair
+
+
+RUN_HASH = re.compile(r"[0-9a-f]{12,64}")  # a folder named by a run's hash (`train/3f9c0a1b2d4e5f60/...`)
+
+
+def matched_files(a: dict[str, str], b: dict[str, str]) -> list[tuple[str, str | None, str | None]]:
+    """Each file of A beside its file in B: (name, sha256 in A, sha256 in B), None where a side has none.
+
+    Files pair by their name relative to the artifact; those left pair by content (the same bytes under
+    another run-hash folder are the same file), then by their name with run-hash folders left out (the
+    file the other run wrote in its place). So every file is counted once, and "N of M differ" adds up.
+    """
+    pairs = [(n, a[n], b[n]) for n in a if n in b]
+    left_a, left_b = {n: h for n, h in a.items() if n not in b}, {n: h for n, h in b.items() if n not in a}
+    for same in (lambda na, ha, nb, hb: ha == hb, lambda na, ha, nb, hb: without_run_hash(na) == without_run_hash(nb)):
+        for na, ha in list(left_a.items()):
+            nb = next((nb for nb, hb in left_b.items() if same(na, ha, nb, hb)), None)
+            if nb is not None:
+                pairs.append((f"{na} | {nb}", ha, left_b.pop(nb)))
+                del left_a[na]
+    pairs += [(n, h, None) for n, h in left_a.items()] + [(n, None, h) for n, h in left_b.items()]
+    return sorted(pairs)
+
+
+def without_run_hash(name: str) -> str:
+    return "/".join("*" if RUN_HASH.fullmatch(part) else part for part in name.split("/"))
 
 
 def input_changes(a: list[dict], b: list[dict]) -> list[dict[str, Any]]:
@@ -203,7 +231,7 @@ def summary(pair: dict[str, Any]) -> str:
     if content["data_identical"]:
         parts.append("data identical")
     elif content["differing_files"]:
-        total = max(content["files_a"], content["files_b"])
+        total = content.get("files", max(content["files_a"], content["files_b"]))
         parts.append(f"{len(content['differing_files'])} of {total} files differ")
     for change in pair["producer"]:
         parts.append(f"other {PRODUCER_FACTS[change['key']]} ({short(change['a'])} -> {short(change['b'])})")

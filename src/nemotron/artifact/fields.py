@@ -9,7 +9,10 @@ Each field says it where it is declared:
 - `execution(default)`: how the step ran (threads, worker processes, `--force`), which gives the same
   bytes: out of the digest and the run identity;
 - `bookkeeping(default)`: what a run logs or saves, or how it is launched (`eval_every`, `keep_last`,
-  the cluster fields): recorded and digested, but a resumed run may change it.
+  the cluster fields): recorded and digested, but a resumed run may change it;
+- `added(default)`: a content knob added to a step after its digests were published: recorded (and
+  digested) only when it is set to something else, so its default leaves every earlier digest as it was.
+  `recorded(config)` is the step's config as an artifact records it.
 
 A subclass that overrides a field's default declares it again, with its marker:
 `eval_every: int = bookkeeping(40)`.
@@ -25,6 +28,7 @@ import dataclasses
 from typing import Any
 
 ROLE = "nemotron_role"  # the key of a field's dataclass metadata
+ADDED = "nemotron_added"  # metadata key of a field recorded only away from its default (`added`)
 EXECUTION, BOOKKEEPING = "execution", "bookkeeping"
 LOCATION_SUFFIXES = ("_dir", "_path", "_artifact")
 # The execution fields by name, for the digest of a saved config (see the module docstring).
@@ -39,6 +43,23 @@ def execution(default: Any) -> Any:
 def bookkeeping(default: Any) -> Any:
     """A Config field for what a run logs or saves, or how it is launched: a resumed run may change it."""
     return dataclasses.field(default=default, metadata={ROLE: BOOKKEEPING})
+
+
+def added(default: Any) -> Any:
+    """A content field added after a step's digests were published: recorded only when not `default`."""
+    return dataclasses.field(default=default, metadata={ADDED: True})
+
+
+def recorded(config: Any) -> dict:
+    """`dataclasses.asdict(config)` without each `added` field that holds its default, at any depth."""
+    values = dataclasses.asdict(config)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get(ADDED) and value == f.default:
+            del values[f.name]
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            values[f.name] = recorded(value)
+    return values
 
 
 def is_location(name: str) -> bool:

@@ -7,8 +7,9 @@ every path inside the folder is written `./name` and an input artifact under the
 moved or copied runs/ tree keeps working and reads its own files. Paths elsewhere (raw sources, a base
 model on shared storage) stay absolute.
 
-File fields are typed `ArtifactPath` (a plain `Path` field means the same): a file or folder that must
-exist when the artifact is saved and loaded, and whose content the digest covers. `ArtifactPrefix`
+File fields are typed `ArtifactPath` (a plain `Path` field means the same): a file or folder checked when
+the artifact is saved and loaded, and whose content the digest covers (one that does not exist at save is
+recorded in `missing_files` instead: `Artifact.record_missing_files`). `ArtifactPrefix`
 names a set of files by their stem (bin/idx shards): relocated like the others, its files listed by
 the class's `files()`. `mark_unfinished(output_dir)` removes a folder's metadata.json
 before a step rewrites its files, so no artifact ever vouches for half-written or mixed files.

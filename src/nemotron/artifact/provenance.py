@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import platform
@@ -25,6 +26,7 @@ from pydantic import BaseModel
 
 import nemotron
 from nemotron.artifact.digest import files_digest
+from nemotron.artifact.fields import recorded
 from nemotron.errors import NemotronError
 
 
@@ -166,6 +168,37 @@ def set_step_config(config: dict | None) -> None:
 
 def step_config() -> dict | None:
     return None if _STEP_CONFIG is None else json.loads(json.dumps(_STEP_CONFIG))
+
+
+def calling_config() -> dict | None:
+    """The Config of the step function that is saving, for a step that `nemotron.cli.run` did not parse
+    (the recipe guide's bare `tyro.cli(main)`): the first argument of the nearest caller whose first
+    argument is a dataclass instance (`main(config)`; a method's `self` is not a config), as JSON; None
+    when there is none."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_varnames[0] if code.co_argcount else "self"
+        first = frame.f_locals.get(name) if name not in ("self", "cls") else None
+        if dataclasses.is_dataclass(first) and not isinstance(first, type):
+            return json.loads(json.dumps(recorded(first), default=str))
+        frame = frame.f_back
+    return None
+
+
+def flag_given(path: str | Path | None) -> str | None:
+    """The command-line flag that carried `path` to this process (`--config.dataset-path` under a bare
+    `tyro.cli(main)`), to name in an input's error; None when no flag did."""
+    if path is None:
+        return None
+    args = sys.argv[1:]
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if not eq and i + 1 < len(args):
+            value = args[i + 1]
+        if flag.startswith("--") and value and Path(value) == Path(path):
+            return flag
+    return None
 
 
 def forget_process_state() -> None:

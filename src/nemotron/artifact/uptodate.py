@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.artifact.digest import without_locations
+from nemotron.artifact.fields import recorded
 from nemotron.artifact.locations import METADATA
 from nemotron.errors import NemotronError
 
@@ -31,7 +32,7 @@ SHORT = 12  # the digest prefix a message shows
 def identity(config: Any) -> dict:
     """A step config (dataclass or saved dict) as the up-to-date check compares it: plain JSON values,
     without location and execution keys at any depth."""
-    values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config
+    values = recorded(config) if dataclasses.is_dataclass(config) else config
     return without_locations(json.loads(json.dumps(values, default=str)))
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import tyro
 
+from nemotron.cli import run_tool
 from nemotron.errors import NemotronError
 from nemotron.models.device import DeviceSettings
 
@@ -51,8 +52,11 @@ class Config(DeviceSettings):  # --device (nemotron.models.device)
     temperature: float = 0.0
     """0 is greedy: the same question gets the same answer (the small models the recipes make answer sense
     greedily and noise at temperature 1)."""
-    history: bool | None = None
-    """Keep the conversation turn after turn; default: yes, except for a model trained on single turns."""
+    history: tyro.conf.FlagCreatePairsOff[bool] = False
+    """Keep the conversation turn after turn, even with a model trained on single turns (by default only the
+    others keep it)."""
+    no_history: tyro.conf.FlagCreatePairsOff[bool] = False
+    """Ask each message alone, without the earlier ones (the default of a model trained on single turns)."""
     max_tokens: int = 256
     """Most tokens per answer (fewer if the context is nearly full)."""
     seed: int = 0
@@ -98,7 +102,7 @@ class Chat:
         self.served, self.engine, self.config, self.terminal = served, engine, config, terminal
         self.temperature = config.temperature
         self.system, self.reasoning = config.system, config.reasoning
-        self.history = not served.single_turn if config.history is None else config.history
+        self.history = config.history or (not config.no_history and not served.single_turn)
         self.turns: list[dict] = []
         self.count = 0
 
@@ -189,6 +193,8 @@ class Chat:
 
 
 def main(config: Config) -> None:
+    if config.history and config.no_history:
+        raise NemotronError("--history and --no-history ask for opposite things; give one of them")
     import torch
 
     from nemotron.models.device import pick_device
@@ -226,8 +232,4 @@ def main(config: Config) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(tyro.cli(Config))
-    except NemotronError as bad:
-        print(f"error: {bad}", file=sys.stderr)
-        sys.exit(2)
+    run_tool(main)

@@ -5,12 +5,14 @@ The library API in four names (the rest lives in the submodules, see README.md's
 
     from nemotron.data_prep import DataBlend, run_pretrain_pipeline, run_rl_pipeline, run_sft_pipeline
 
+and the design's name for the RL call that normalizes its records, `run_rl_resolve_pipeline`.
+
 They are loaded on first use, so importing a submodule (as every pool or Ray worker does) stays cheap.
 """
 
 from __future__ import annotations
 
-__all__ = ["DataBlend", "run_pretrain_pipeline", "run_rl_pipeline", "run_sft_pipeline"]
+__all__ = ["DataBlend", "run_pretrain_pipeline", "run_rl_pipeline", "run_rl_resolve_pipeline", "run_sft_pipeline"]
 
 
 def __getattr__(name: str):
@@ -18,7 +20,7 @@ def __getattr__(name: str):
         from nemotron.data_prep.blend import DataBlend
 
         return DataBlend
-    if name in ("run_pretrain_pipeline", "run_rl_pipeline", "run_sft_pipeline"):
+    if name in ("run_pretrain_pipeline", "run_rl_pipeline", "run_rl_resolve_pipeline", "run_sft_pipeline"):
         from nemotron.data_prep import pipeline
 
         return getattr(pipeline, name)

@@ -46,7 +46,7 @@ from nemotron.data_prep.transforms import (
     apply_transforms,
     openai_chat,
     read_jsonl,
-    sharegpt,
+    sharegpt_to_messages,
     write_jsonl,
 )
 from nemotron.errors import NemotronError
@@ -81,11 +81,11 @@ def pool_conversation(record: dict[str, Any], file: str, number: int) -> tuple[C
     """One pool record as a conversation, or (None, why it cannot be one).
 
     The format is detected per record: a "messages" list goes through `transforms.openai_chat`, a
-    "conversations" list through `transforms.sharegpt`. The id is the record's "id", else
+    "conversations" list through `transforms.sharegpt_to_messages`. The id is the record's "id", else
     "<file>:<number>"; the category is the record's "category", else the file's stem; the source is
     the file's name.
     """
-    to_chat = {"messages": [openai_chat()], "conversations": [sharegpt()]}
+    to_chat = {"messages": [openai_chat()], "conversations": [sharegpt_to_messages()]}
     format_key = next((key for key in to_chat if isinstance(record.get(key), list)), None)
     if format_key is None:
         return None, "no 'messages' or 'conversations' list"

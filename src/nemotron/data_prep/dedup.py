@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 import unicodedata
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-from tqdm import tqdm
 
 from nemotron.errors import NemotronError
+from nemotron.progress import progress_bar
 
 if TYPE_CHECKING:  # datasketch imports scipy (~1 s); modules that only need `normalize` skip it
     from datasketch import MinHash
@@ -125,7 +124,7 @@ def near_dedup(docs: Iterable[T], *, threshold: float = 0.8, num_perm: int = 128
     """
     index = NearDuplicates(threshold, num_perm, seed)
     kept, dropped = [], 0
-    for doc in tqdm(docs, desc="near dedup", file=sys.stderr, disable=None, leave=False):
+    for doc in progress_bar(docs, desc="near dedup", leave=False):
         if index.is_duplicate(minhash(text_of(doc), num_perm=num_perm, ngram=ngram, seed=seed).hashvalues):
             dropped += 1
         else:

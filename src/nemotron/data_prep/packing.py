@@ -44,7 +44,6 @@ exceeds pack_size tokens and loads unchanged with seq_length = pack_size.
 from __future__ import annotations
 
 import random
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,10 +52,10 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from nemotron import atomic
 from nemotron.errors import NemotronError
+from nemotron.progress import progress_bar
 
 Algorithm = Literal["first_fit_decreasing", "first_fit_shuffle"]
 Overflow = Literal["truncate", "drop"]
@@ -236,7 +235,7 @@ def pack_conversations(
     plan = plan_packs([len(ids) for ids, _ in kept], config.pack_size, config.algorithm, config.seed)
     rows = [
         _fill_row([kept[index] for index in members])
-        for members in tqdm(plan, desc="packing", unit="row", file=sys.stderr, disable=not show_progress)
+        for members in progress_bar(plan, desc="packing", unit="row", disable=not show_progress)
     ]
     tokens = sum(len(row.input_ids) for row in rows)
     slots = len(rows) * config.pack_size

@@ -93,7 +93,7 @@ def run_pretrain_pipeline(
     executor: str = "local",
     workers: int = 1,
     filters: str = "none",
-    work_item_bytes: int = WORK_ITEM_BYTES,
+    work_item_bytes: int | str = WORK_ITEM_BYTES,
 ) -> PretrainResult:
     """Tokenize every split of `blend` into bin/idx shards (EOS after each document).
 
@@ -102,7 +102,8 @@ def run_pretrain_pipeline(
     are spawned); `executor="ray"` runs them as Ray tasks (`RAY_ADDRESS`, else a local Ray with
     `workers` CPUs); `executor="xenna"` (streaming) or `"xenna-batch"` runs each stage as a cosmos-xenna
     stage (the opt-in extra `nemotron[xenna]`; docs/data-prep.md). `num_shards` is the least number
-    of work items per input file (more when a file is larger than `work_item_bytes`); `filters` names
+    of work items per input file (more when a file is larger than `work_item_bytes`: bytes, or a size
+    string such as "256MB", `nemotron.data_prep.sizes`); `filters` names
     a quality filter set ("none", "default").
     """
     check_executor(executor)
@@ -130,7 +131,7 @@ def run_sft_pipeline(
     executor: str = "local",
     workers: int = 1,
     seed: int = 0,
-    work_item_bytes: int = WORK_ITEM_BYTES,
+    work_item_bytes: int | str = WORK_ITEM_BYTES,
 ) -> SFTResult:
     """Tokenize every split of a blend of chats (`{"messages": [...]}` JSONL, or "chatterbot") with an
     assistant-only loss mask and pack each work item's conversations into packed Parquet rows of
@@ -168,7 +169,7 @@ def run_rl_pipeline(
     transform: str = "passthrough",
     executor: str = "local",
     workers: int = 1,
-    work_item_bytes: int = WORK_ITEM_BYTES,
+    work_item_bytes: int | str = WORK_ITEM_BYTES,
 ) -> RLResult:
     """Split a blend of RL records (one JSON object per line: a prompt's `messages` and what its reward
     needs, e.g. `answer`) into JSONL shards per split, each record through the JSONL format's named
@@ -190,6 +191,25 @@ def run_rl_pipeline(
                     data_paths=paths, counts=counts, statuses=statuses,
                     total_records=sum(s.totals.get("written", 0) for s in splits.values()),
                     skipped_records=sum(s.totals.get("skipped", 0) for s in splits.values()))
+
+
+def run_rl_resolve_pipeline(
+    blend: DataBlend,
+    output_dir: str | Path,
+    num_shards: int = 1,
+    executor: str = "local",
+    workers: int = 1,
+    work_item_bytes: int | str = WORK_ITEM_BYTES,
+) -> RLResult:
+    """The design's RL wrapper: every record of `blend` resolved to the RL record a trainer reads, then
+    split and written as `run_rl_pipeline` does. Resolved: its chat normalized to OpenAI `messages`
+    (roles system/user/assistant, content parts joined), every other field (`answer`, `id`, ...) kept;
+    a record with no chat an RL trainer can prompt with (no messages, a tool turn) is skipped and counted
+    (`skipped_records`). The design's wrapper also fills in Hugging Face placeholder rows it downloads;
+    here an `hf://` source is read as it is (`nemotron.data_prep.sources`), so none are left to fill.
+    """
+    return run_rl_pipeline(blend, output_dir, num_shards=num_shards, transform="rl_record", executor=executor,
+                           workers=workers, work_item_bytes=work_item_bytes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -220,7 +240,7 @@ def resolved_tokenizer(tokenizer: str | Path) -> Iterator[Path]:
         yield Path(folder)
 
 
-def _run(blend: DataBlend, stages: list[Stage], output_dir, num_shards: int, work_item_bytes: int,
+def _run(blend: DataBlend, stages: list[Stage], output_dir, num_shards: int, work_item_bytes: int | str,
          executor: str, workers: int):
     """plan -> the worker stages on the executor -> finalize; the one sequence both pipelines share."""
     items, inputs = plan_work_items(blend, work_item_bytes, min_items_per_file=num_shards)

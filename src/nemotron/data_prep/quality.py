@@ -23,7 +23,6 @@ first filter that rejected it, so the counts add up to exactly what was removed.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,7 +30,8 @@ from operator import attrgetter
 from typing import TypeVar
 
 import numpy as np
-from tqdm import tqdm
+
+from nemotron.progress import progress_bar
 
 T = TypeVar("T")
 
@@ -251,7 +251,7 @@ def apply_filters(docs: Iterable[T], filters: list[QualityFilter], *,
     `text_of` reads the text from each item (default: `.text`, as on a `Document`).
     """
     kept, counts = [], {f.name: 0 for f in filters}
-    for doc in tqdm(docs, desc="quality filters", file=sys.stderr, disable=None, leave=False):
+    for doc in progress_bar(docs, desc="quality filters", leave=False):
         stats = TextStats(text_of(doc))
         rejected_by = next((f.name for f in filters if not f.keep(stats)), None)
         if rejected_by is None:

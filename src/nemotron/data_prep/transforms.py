@@ -1,7 +1,8 @@
 """JSONL records and the small transforms that reshape them (SFT, chat, preference data).
 
 What this module does:
-- Transforms are factories: `sft(...)`, `openai_chat(...)`, `sharegpt(...)`, `passthrough()`,
+- Transforms are factories: `sft(...)`, `openai_chat(...)`, `sharegpt(...)` (chats as ShareGPT
+  `conversations`), `sharegpt_to_messages(...)` (ShareGPT chats as OpenAI messages), `passthrough()`,
   `select(fields)`, `rename(mapping)` each return a function `record -> record | None`. `None`
   means "skip this record" (it does not fit the expected shape); skips are counted per transform,
   never silent. Transforms compose as a list applied left to right, the way Megatron-Bridge /
@@ -34,16 +35,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from nemotron import atomic
 from nemotron.errors import NemotronError
+from nemotron.progress import progress_bar
 
 Record = dict[str, Any]
 Transform = Callable[[Record], Record | None]
 
 # Role names seen in the wild, mapped to the three roles our chat template knows.
 OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+SHAREGPT_SPEAKERS = {"system": "system", "user": "human", "assistant": "gpt"}  # what ShareGPT writes
 SHAREGPT_ROLES = {
     "system": "system",
     "human": "user",
@@ -137,7 +138,7 @@ def openai_chat(messages_field: str = "messages", keep: Sequence[str] = ()) -> T
     return _named(transform, f"openai_chat({messages_field})")
 
 
-def sharegpt(conversations_field: str = "conversations", keep: Sequence[str] = ()) -> Transform:
+def sharegpt_to_messages(conversations_field: str = "conversations", keep: Sequence[str] = ()) -> Transform:
     """ShareGPT chats {"conversations": [{"from": "human", "value": ...}, ...]} -> OpenAI messages.
 
     "human"/"user" -> user, "gpt"/"assistant"/"chatgpt"/"model" -> assistant, "system" -> system.
@@ -159,7 +160,39 @@ def sharegpt(conversations_field: str = "conversations", keep: Sequence[str] = (
             messages.append({"role": role, "content": content})
         return _with_kept(record, keep, {"messages": messages})
 
+    return _named(transform, f"sharegpt_to_messages({conversations_field})")
+
+
+def sharegpt(conversations_field: str = "conversations", keep: Sequence[str] = ()) -> Transform:
+    """Chats -> ShareGPT {"conversations": [{"from": "system" | "human" | "gpt", "value": ...}, ...]}.
+
+    The field holds ShareGPT turns (speakers as `sharegpt_to_messages` reads them) or OpenAI messages
+    (as `openai_chat` reads them); skipped where both would skip.
+    """
+    turns, messages = sharegpt_to_messages(conversations_field), openai_chat(conversations_field)
+
+    def transform(record: Record) -> Record | None:
+        chat = turns(record) or messages(record)
+        if chat is None:
+            return None
+        conversations = [{"from": SHAREGPT_SPEAKERS[m["role"]], "value": m["content"]} for m in chat["messages"]]
+        return _with_kept(record, keep, {"conversations": conversations})
+
     return _named(transform, f"sharegpt({conversations_field})")
+
+
+def rl_record(messages_field: str = "messages") -> Transform:
+    """An RL prompt record: its chat in `messages_field` normalized as `openai_chat` does, written as
+    `messages`, and every other field (`answer`, `id`, what a reward needs) kept as it is."""
+    chat = openai_chat(messages_field)
+
+    def transform(record: Record) -> Record | None:
+        normalized = chat(record)
+        if normalized is None:
+            return None
+        return {**{k: v for k, v in record.items() if k != messages_field}, "messages": normalized["messages"]}
+
+    return _named(transform, f"rl_record({messages_field})")
 
 
 def _is_text(value: Any) -> bool:
@@ -268,7 +301,7 @@ def write_jsonl(
     counts = JsonlCounts()
     skipped_by: Counter[str] = Counter()
     with atomic.output_file(path, "w") as out:  # published only if the block ends without an error
-        for record in tqdm(records, desc=f"writing {path.name}", unit="rec", file=sys.stderr, delay=2.0):
+        for record in progress_bar(records, desc=f"writing {path.name}", unit="rec", delay=2.0):
             counts.read += 1
             result, skipped_by_name = apply_transforms(record, transforms)
             if result is None:

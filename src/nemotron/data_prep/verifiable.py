@@ -64,6 +64,10 @@ SEPARATORS = (", ", " ", ",")  # how a Largest problem's numbers are listed
 SKILL_ANSWER_TOKENS = 6
 
 
+# The kinds of wrong answer to an Addition, as `Addition.mistake` names them.
+ADDITION_MISTAKES = ("dropped_carry", "added_carry", "other")
+
+
 @dataclass(frozen=True)
 class Addition:
     a: int
@@ -120,6 +124,25 @@ class Addition:
         """Every answer the teacher's mistake gives (one carry dropped, whichever): what a model that imitated
         the mistake writes."""
         return {self.worked(drop)[1] for drop in range(1, self.carries + 1)}
+
+    @property
+    def added_carry_answers(self) -> set[str]:
+        """Every answer a carry that is not there gives: 1 carried into a column the one before it carried
+        nothing into (or a leading 1 after the last column), which adds 10^k to the sum (86 + 90 -> 186,
+        11 + 15 -> 36): the mistake RL was seen to teach, the mirror of the teacher's dropped carry."""
+        steps = self.worked()[0].split(". So ")[0].split("; ")
+        carried = [", carry 1" in step for step in steps if not step.startswith("write the carry")]
+        right = self.a + self.b
+        return {str(right + 10**place) for place in range(1, len(carried) + 1) if not carried[place - 1]}
+
+    def mistake(self, answer: str | None) -> str | None:
+        """What kind of answer `answer` is: None when right, else "dropped_carry" (the teacher's mistake),
+        "added_carry" (a carry that is not there) or "other" (anything else, no answer included)."""
+        if answer == self.answer:
+            return None
+        if answer in self.dropped_carry_answers:
+            return "dropped_carry"
+        return "added_carry" if answer in self.added_carry_answers else "other"
 
     def messages(self, with_reasoning: bool = True, drop: int = 0) -> list[dict]:
         """The problem as a nano3 conversation: the question and the worked answer (reasoning optional);

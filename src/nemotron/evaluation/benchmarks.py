@@ -23,7 +23,8 @@ stays honest when a small sample scores 0) of the band from the worst to the bes
 answers: what needs no skill. `reads_question_significant` says whether the gap is more than two of its
 standard errors, and `verdict` puts the two in words.
 
-    evaluate_benchmarks(model, tokenizer, ["core"], out, limit=100)   # nemotron.evaluation's command
+    lm = lm_eval_model(model, tokenizer)                  # what `python -m nemotron.evaluation` does
+    summaries, results_path = evaluate_benchmarks(lm, ["core"], out, limit=100)
 """
 
 from __future__ import annotations

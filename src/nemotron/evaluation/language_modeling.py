@@ -19,16 +19,15 @@ with the targets (the Megatron convention: the mask is aligned with the labels, 
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tokenizers import decoders
-from tqdm import tqdm
 
 from nemotron.errors import NemotronError
+from nemotron.progress import progress_bar
 from nemotron.training.logprobs import TokenSequence, as_token_tensor, evaluation_mode, next_token_logprobs
 
 
@@ -100,9 +99,7 @@ def window_nll(
     sums, counts = np.zeros(len(windows)), np.zeros(len(windows), dtype=np.int64)
     with evaluation_mode(model):
         scored = next_token_logprobs(model, windows, batch_size=batch_size)
-        progress = tqdm(
-            scored, total=len(windows), desc="held-out loss", file=sys.stderr, leave=False, disable=None
-        )
+        progress = progress_bar(scored, total=len(windows), desc="held-out loss", leave=False)
         for i, (logprobs, mask) in enumerate(zip(progress, masks)):
             selected = logprobs.double().cpu().numpy()[mask]
             sums[i] = -float(selected.sum())

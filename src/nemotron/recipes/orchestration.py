@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import sys
 import time
@@ -82,7 +83,7 @@ def run_step(
     inputs: list[Artifact] = (),
     force: bool = False,
 ) -> A:
-    name = "/".join(main.__module__.removesuffix(".__main__").split(".")[-2:])  # e.g. stage0_pretrain/training
+    name = step_label(config.output_dir)  # e.g. stage0_pretrain/training_dense, evaluation/benchmarks
     if not _STEPS:
         SUMMARY["started"] = time.perf_counter()
         if _summary not in AT_END:
@@ -113,6 +114,15 @@ def run_step(
         print(f"[done] {name} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
         _STEPS.append((name, "run"))
         return artifact
+
+
+def step_label(folder: str | Path) -> str:
+    """A step's name in the log and on the report card: its output folder's last two parts, as the run tree
+    holds it (`stage0_pretrain/training` and `stage0_pretrain/training_dense` for nano3's MoE and dense runs
+    of one step; `evaluation/benchmarks` for the benchmarks step, whatever module runs it). A re-run's staging
+    folder (`STAGING`) counts as the folder it replaces."""
+    parts = [re.sub(r"^\.(.+)\.rerun-[0-9a-f]+$", r"\1", part) for part in Path(folder).absolute().parts[-2:]]
+    return "/".join(parts)
 
 
 def staging_folder(config: Any, inputs: list[Artifact]) -> Path:

@@ -22,7 +22,9 @@ from typing import Any
 from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.artifact.lineage import lineage_lines, read_metadata
+from nemotron.cli import one_line_errors
 from nemotron.errors import NemotronError
+from nemotron.recipes.orchestration import step_label
 from nemotron.training.metrics import read_metrics
 
 
@@ -92,8 +94,7 @@ def settings(art: dict[str, Any]) -> str:
 
 
 def step_name(art: dict[str, Any]) -> str:
-    parts = Path(art["path"]).parts
-    return "/".join(parts[-2:])
+    return step_label(art["path"])  # the name the orchestrator's log gives the step
 
 
 def lessons_section(artifacts: list[dict[str, Any]], stages: dict[str, str]) -> list[str]:
@@ -235,9 +236,19 @@ def standard_benchmarks_section(artifacts: list[dict[str, Any]]) -> list[str]:
     return md
 
 
-def talk_section(artifacts: list[dict[str, Any]]) -> list[str]:
+def header(recipe: str, artifacts: list[dict[str, Any]]) -> list[str]:
+    """Markdown: the card's title and what made it: scale, seed, the package's version and commit."""
+    first = artifacts[0]
+    producer = first.get("producer") or {}
+    return [f"# {recipe} report card", "",
+            f"scale **{first['scale']}**, seed **{first['seed']}**, nemotron {producer.get('version')}"
+            f", commit `{(producer.get('git_commit') or 'unknown')[:12]}`", ""]
+
+
+def talk_section(artifacts: list[dict[str, Any]], expect: str = "") -> list[str]:
     """Markdown: how to talk to the recipe's final chat model (the chat checkpoint of the latest stage):
-    the exact terminal command, and the server with its chat page."""
+    the exact terminal command, and the server with its chat page; `expect`, the recipe's sentence on what
+    its model has seen and so what to ask it."""
     chats = [a for a in artifacts if a["type"].endswith("checkpoint") and "model_dir" in a
              and not a["type"].endswith("pretraincheckpoint")]
     if not chats:
@@ -250,8 +261,7 @@ def talk_section(artifacts: list[dict[str, Any]]) -> list[str]:
     return ["## Talk to your model", "",
             "```", f"python -m nemotron.chat {final}", "```", "",
             f"or serve it (`python -m nemotron.serve {final}`) and open http://127.0.0.1:8000/ for the chat",
-            "page; docs/run-a-recipe.md shows the API. A tiny model has seen a few thousand tokens of chat:",
-            "expect short, repetitive answers.", ""]
+            "page; docs/run-a-recipe.md shows the API." + (f" {expect}" if expect else ""), ""]
 
 
 def report_main(argv: list[str], write_report: Callable[[Path], Path], usage: str) -> int:
@@ -259,10 +269,7 @@ def report_main(argv: list[str], write_report: Callable[[Path], Path], usage: st
     if len(argv) != 1:
         print(f"usage: {usage}", file=sys.stderr)
         return 2
-    try:
+    with one_line_errors():
         report = write_report(Path(argv[0]))
-    except NemotronError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     print(f"report written to {report}", file=sys.stderr)
     return 0

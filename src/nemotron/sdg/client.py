@@ -295,7 +295,7 @@ def run_jobs(client: Client, jobs: list[Job], path: Path, *, desc: str = "reques
     written stays written; re-run to resume); a structured answer that stays invalid is counted in
     `failed` and asked again on the next run.
     """
-    from tqdm import tqdm
+    from nemotron.progress import progress_bar
 
     keys = [job.key for job in jobs]
     if len(set(keys)) != len(keys):
@@ -309,7 +309,7 @@ def run_jobs(client: Client, jobs: list[Job], path: Path, *, desc: str = "reques
     pending: dict[Future, Job] = {}
     queue = iter(todo)
     with ThreadPoolExecutor(client.endpoint.max_parallel_requests) as pool, open(path, "a", encoding="utf-8") as out, \
-            tqdm(total=len(todo), desc=f"sdg {desc}", file=sys.stderr, disable=not todo) as bar:
+            progress_bar(total=len(todo), desc=f"sdg {desc}", disable=not todo) as bar:
         def refill() -> None:
             while len(pending) < client.endpoint.max_parallel_requests and (job := next(queue, None)) is not None:
                 pending[pool.submit(client.chat, job.messages, schema=job.schema, max_tokens=job.max_tokens,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.data_prep.blend import assign_split, cap_documents, default_pretrain_blend
-from nemotron.data_prep.sources import Document, _shakespeare_folder, read_shakespeare
+from nemotron.data_prep.sources import Document, read_shakespeare, shakespeare_folder
 from nemotron.errors import NemotronError
 
 CHARS_PER_TOKEN = 4  # approximate; stated wherever it is used
@@ -39,7 +39,7 @@ def load_seed(source: str, *, num_documents: int, seed: int = 0) -> tuple[list[d
     if source == "shakespeare":
         read = read_shakespeare(include_poems=False)
         docs = [d for d in read.documents if d.meta.get("act", 1) > 0]  # act 0 = title page and cast list
-        files = [_shakespeare_folder()]
+        files = [shakespeare_folder()]
         records = {d.id: _shakespeare_record(d) for d in docs}
     else:
         files, records = _read_jsonl_records(Path(source))

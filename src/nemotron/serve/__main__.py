@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import tyro
 
+from nemotron.cli import run_tool
 from nemotron.errors import NemotronError
 from nemotron.models.device import DeviceSettings
 
@@ -87,8 +88,4 @@ def main(config: Config) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main(tyro.cli(Config))
-    except NemotronError as bad:
-        print(f"error: {bad}", file=sys.stderr)
-        sys.exit(2)
+    run_tool(main)

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from nemotron.errors import NemotronError
+from nemotron.cli import one_line_errors
 from nemotron.trace import DEFAULT_MIN_TOKENS, Tracer
 
 
@@ -33,15 +33,12 @@ def main(argv: list[str]) -> int:
                         help="where indexes live (default $NEMOTRON_TRACE_INDEX_DIR, else .trace-index/ beside "
                              "each dataset)")
     args = parser.parse_args(argv)
-    try:
+    with one_line_errors():
         tracer = Tracer(args.model, args.index_dir)
         if args.min_tokens is None:  # a short answer ("I am not yet.") is traced whole, less its last token
             whole = len(tracer.tokenize(args.text)[0])
             args.min_tokens = max(2, min(DEFAULT_MIN_TOKENS, whole - 1))
         spans = tracer.find_spans(args.text, min_tokens=args.min_tokens, max_sources=args.max_sources)
-    except NemotronError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     for span in spans:
         print(f"{span.describe()}: {span.text!r} ({span.occurrences} occurrences)", file=sys.stderr)
         for source in span.sources:

@@ -10,8 +10,9 @@
   how often chosen out-scores rejected by it (reward accuracy) and by how much (margin), as TRL's
   DPOTrainer logs them during training.
 
-- `dpo_backward(...)`: one optimizer step's forward and backward passes, the loss a mean over the step's
-  pairs on all ranks.
+- `preference_losses(h, ...)`: each pair's loss from its log-ratio h, for every variant; `scored_reference`:
+  a micro-batch's reference log-probs. The DPO training step writes its forward, loss and backward out
+  with these (nano2's stage2_alignment/training.py).
 - `dpo_step_metrics(...)`, `dpo_validation(...)`: what a DPO training step logs, averaged over ranks,
   and the same numbers on held-out pairs.
 - `reference_pass(...)`: the frozen reference's log-probs of the pairs a run trains on, in one pass;
@@ -31,8 +32,8 @@ import torch.nn.functional as F
 
 from nemotron import atomic
 from nemotron.errors import NemotronError
-from nemotron.training.distributed import all_reduce_mean, gradient_sync, sum_over_ranks, world_size
-from nemotron.training.logprobs import completion_logprobs, pair_logprobs
+from nemotron.training.distributed import all_reduce_mean
+from nemotron.training.logprobs import pair_logprobs
 
 Logps = tuple[torch.Tensor, torch.Tensor]  # (chosen, rejected), one entry per pair
 STEP_METRICS = ("loss", "reward_accuracy", "reward_margin", "logps_chosen", "logps_rejected")
@@ -95,58 +96,38 @@ def dpo_loss(
         reference_rejected_logps=reference_rejected_logps,
     )
     check_dpo_settings(beta, variant, label_smoothing)
-    if reference_chosen_logps.isnan().any() or reference_rejected_logps.isnan().any():
-        raise NemotronError(
-            "a pair in this batch has no reference log-probs (NaN: the reference pass did not score it); "
-            "delete reference_logps.pt from the run folder and re-run"
-        )
+    check_scored(reference_chosen_logps, reference_rejected_logps)
     chosen_log_ratio = policy_chosen_logps - reference_chosen_logps
     rejected_log_ratio = policy_rejected_logps - reference_rejected_logps
-    h = chosen_log_ratio - rejected_log_ratio
-    if variant == "ipo":
-        losses = (h - 1 / (2 * beta)) ** 2
-    else:  # sigmoid is conservative with eps = 0
-        eps = label_smoothing
-        losses = -(1 - eps) * F.logsigmoid(beta * h) - eps * F.logsigmoid(-beta * h)
+    losses = preference_losses(chosen_log_ratio - rejected_log_ratio, beta, variant, label_smoothing)
     chosen_rewards = (beta * chosen_log_ratio).detach()
     rejected_rewards = (beta * rejected_log_ratio).detach()
     return losses.mean(), chosen_rewards, rejected_rewards
 
 
-def dpo_backward(
-    forward, ddp, autocast, pairs: tuple, micro_batches: list, reference: Logps, beta: float, variant: DPOVariant,
-    label_smoothing: float, sft_weight: float = 0.0,
-) -> tuple[torch.Tensor, list, int]:
-    """Forward and backward over this rank's micro-batches (lists of pair indices into the tokenized
-    `(prompts, chosen, rejected)`) of one optimizer step. Returns (this rank's share of the step's loss,
-    detached; `(ids, chosen log-probs, rejected log-probs)` per micro-batch; tokens read).
+def preference_losses(h: torch.Tensor, beta: float, variant: DPOVariant, label_smoothing: float) -> torch.Tensor:
+    """Each pair's loss from its chosen-minus-rejected log-ratio `h` (`dpo_loss` says what each variant is)."""
+    if variant == "ipo":
+        return (h - 1 / (2 * beta)) ** 2
+    eps = label_smoothing  # sigmoid is conservative with eps = 0
+    return -(1 - eps) * F.logsigmoid(beta * h) - eps * F.logsigmoid(-beta * h)
 
-    Both answers of every pair go through one forward, `[chosen of each pair..., rejected of each
-    pair...]`, as TRL's `concatenated_forward`. The loss is the mean over the pairs of the global batch:
-    each micro-batch's mean weighs its pairs x world size / the step's pairs on all ranks
-    (`distributed.sum_over_ranks` shows why), which is 1/grad_accum_steps when every micro-batch holds as many.
-    """
-    pairs_per_rank = sum_over_ranks(sum(len(ids) for ids in micro_batches)) / world_size()
-    policy_logps, step_loss, step_tokens = [], torch.zeros(()), 0
-    for index, ids in enumerate(micro_batches):
-        prompts, chosen, rejected = ([sequences[i] for i in ids] for sequences in pairs)
-        with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast:
-            policy = completion_logprobs(forward, prompts * 2, chosen + rejected, batch_size=2 * len(ids))
-            policy_chosen, policy_rejected = policy[: len(ids)], policy[len(ids) :]
-            # The reference log-probs are kept on the CPU (computed once, saved for resume); on a GPU
-            # this micro-batch's slice travels to the policy's device.
-            reference_chosen, reference_rejected = (logps[ids].to(policy.device) for logps in reference)
-            loss, _, _ = dpo_loss(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta,
-                                  variant, label_smoothing)
-            if sft_weight:
-                lengths = torch.tensor([len(c) for c in chosen], dtype=policy_chosen.dtype, device=policy_chosen.device)
-                loss = loss + sft_weight * (-policy_chosen / lengths).mean()
-            loss = loss * (len(ids) / pairs_per_rank)
-        loss.backward()
-        step_loss += loss.detach().cpu()
-        policy_logps.append((ids, policy_chosen.detach(), policy_rejected.detach()))
-        step_tokens += sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosen, rejected, strict=True))
-    return step_loss, policy_logps, step_tokens
+
+def scored_reference(reference: Logps, ids: list[int], device: torch.device) -> Logps:
+    """The reference log-probs (chosen, rejected) of pairs `ids`, on `device`; refuses a pair the reference
+    pass did not score (NaN), which would otherwise turn the loss into NaN. They are kept on the CPU
+    (computed once, saved for resume); on a GPU a micro-batch's slice travels to the policy's device."""
+    chosen, rejected = (logps[ids].to(device) for logps in reference)
+    check_scored(chosen, rejected)
+    return chosen, rejected
+
+
+def check_scored(reference_chosen: torch.Tensor, reference_rejected: torch.Tensor) -> None:
+    if reference_chosen.isnan().any() or reference_rejected.isnan().any():
+        raise NemotronError(
+            "a pair in this batch has no reference log-probs (NaN: the reference pass did not score it); "
+            "delete reference_logps.pt from the run folder and re-run"
+        )
 
 
 def reward_metrics(

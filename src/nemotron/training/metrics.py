@@ -8,8 +8,9 @@
   written after the checkpoint we resume from and will be logged again, so without the cut a
   resumed run's log would hold some steps twice; with it, the log lists each step once, exactly as
   an uninterrupted run would.
-- `TrainingProgress` is a tqdm bar on stderr (stdout is reserved for artifact JSON) showing the loss
-  and the throughput in tokens per second, which it also returns so it can be logged.
+- `TrainingProgress` is a progress bar on stderr (stdout is reserved for artifact JSON; `nemotron.progress`:
+  live on a terminal, a line every 10 s in a log) showing the loss and the throughput in tokens per
+  second, which it also returns so it can be logged.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from nemotron import atomic
 from nemotron.errors import NemotronError
+from nemotron.progress import progress_bar
 
 
 class MetricsLog:
@@ -78,12 +78,10 @@ def read_metrics(path: Path | str) -> list[dict[str, Any]]:
 
 
 class TrainingProgress:
-    """A tqdm progress bar on stderr: step count, loss, tokens/s. `update` returns tokens/s."""
+    """A progress bar on stderr (`nemotron.progress`): step count, loss, tokens/s. `update` returns tokens/s."""
 
     def __init__(self, total_steps: int, start_step: int = 0, description: str = "train") -> None:
-        self._bar = tqdm(
-            total=total_steps, initial=start_step, desc=description, file=sys.stderr, dynamic_ncols=True
-        )
+        self._bar = progress_bar(total=total_steps, initial=start_step, desc=description, dynamic_ncols=True)
         self._last_time = time.perf_counter()
 
     def update(self, steps: int, tokens: int, loss: float) -> float:
@@ -91,8 +89,8 @@ class TrainingProgress:
         now = time.perf_counter()
         tokens_per_second = tokens / max(now - self._last_time, 1e-9)
         self._last_time = now
-        self._bar.update(steps)
         self._bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_second:,.0f}", refresh=False)
+        self._bar.update(steps)  # after the postfix: a line drawn now shows this step's loss
         return tokens_per_second
 
     def end_at(self, total_steps: int) -> None:

@@ -155,6 +155,13 @@ def wsd_decay_steps(decay_fraction: float, total_steps: int) -> int:
     return max(1, round(decay_fraction * total_steps))
 
 
+def anneal(scheduler: LambdaLR, start: int, end: int) -> None:
+    """Every schedule of `scheduler` decays from its rate at `start` to its floor at `end`, the run's new last
+    step (`WarmupCosine.anneal`): what a step's loop does when `--patience` ends its run early."""
+    for schedule in scheduler.lr_lambdas:
+        schedule.anneal(start, end)
+
+
 def lr_schedule(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,
     decay_fraction: float | None = None,

@@ -6,9 +6,10 @@ save checkpoints; write the final model folder and the artifact. `TrainingRun` d
 nothing else: it never changes the model's layers (the step chooses them where it builds or loads the
 model, e.g. the CPU training scan of `nemotron.models.mamba2`). The maths stays in the step file:
 the batches, the forward pass, the loss and its weight, `backward()`, `no_sync`, clipping,
-`optimizer.step()` and the schedule. nano2's pretraining and SFT steps write one optimizer step out in
-full; the others call named library functions for the parts they share (`windows.pretraining_backward`,
-`packed_batches.sft_backward`, `dpo.dpo_backward`, `optim.optimizer_step`):
+`optimizer.step()`, the schedule and early stopping's check (`patience_ends_run` counts the validations
+and moves the run's last step; the step anneals its own schedule). nano2's pretraining, SFT and DPO steps
+write one optimizer step out in full; the others call named library functions for the parts they share
+(`windows.pretraining_backward`, `packed_batches.sft_backward`, `optim.optimizer_step`):
 
     training = TrainingRun(config, inputs=[dataset], steps=steps, name="pretrain")   # compute init
     model, optimizer, scheduler, data = ...                                          # the step's choices
@@ -17,6 +18,8 @@ full; the others call named library functions for the parts they share (`windows
     for step in range(state.step + 1, steps + 1):
         ...forward, loss, backward (no_sync but the last micro-batch), clip, optimizer.step()...
         training.record(step, loss=loss, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=...)
+        if (last := training.patience_ends_run(step, validation)) is not None:  # --patience: end early
+            anneal(scheduler, step, last)                                       # the rate to its floor at `last`
         training.checkpoint_if_due(step)
     return training.finish(PretrainCheckpoint, metrics={...})
 
@@ -220,7 +223,6 @@ class TrainingRun:
         state.ema = EMA_DECAY * state.ema + (1 - EMA_DECAY) * loss
         if validation is not None:
             state.validation = dict(validation)
-        self._count_patience(step, (validation or {}).get("val_loss"))
         self._loop_tokens += tokens
         if self.is_main:
             record = {"loss": loss, "smoothed_loss": state.smoothed_loss, "lr": lr, "grad_norm": grad_norm,
@@ -228,17 +230,20 @@ class TrainingRun:
             self._log.log(step, record)
             self._progress.update(1, tokens, state.smoothed_loss)
 
-    def _count_patience(self, step: int, val_loss: float | None) -> None:
-        """Early stopping (`--patience P`): after P validations in a row without a new best validation loss,
-        the run anneals and ends. Stopping at once would leave the model of a rate still high (measured on
-        nano3's tiny SFT: exact match 0.54 and 0.85 where the same runs taken to their planned end gave 0.66
-        and 0.97), so the rate decays linearly to its floor over the next `decay_fraction` of the planned
-        steps (the length of a warmup-stable-decay run's decay), and that step becomes the last
-        (`stopped_early`; a re-run of the same command resumes into the same last step). When fewer steps
-        than that are left, the planned schedule already ends the run as low: nothing changes."""
+    def patience_ends_run(self, step: int, validation: dict[str, float] | None) -> int | None:
+        """Early stopping (`--patience P`), called by the step's loop after `record`: after P validations in a
+        row without a new best validation loss, the run's new last step, else None. Stopping at once would
+        leave the model of a rate still high (measured on nano3's tiny SFT: exact match 0.54 and 0.85 where
+        the same runs taken to their planned end gave 0.66 and 0.97), so the run ends `decay_fraction` of its
+        planned steps later (the length of a warmup-stable-decay run's decay) and the step anneals its rate to
+        the floor on the way (`optim.anneal`: the schedule is the step's, never changed here). The new last
+        step is saved with the checkpoints (`stopped_early`: a re-run of the same command resumes into the same
+        last step). When fewer steps than that are left, the planned schedule already ends the run as low:
+        None, nothing changes."""
         state, patience = self.state, getattr(self.config, "patience", None)
         if not patience or state.stopped_early or not self.is_due(step, self.config.eval_every) or step >= self.steps:
-            return
+            return None
+        val_loss = (validation or {}).get("val_loss")
         if val_loss is not None:  # a step may validate on rank 0 only (DPO): its verdict goes to every rank
             if state.best_val_loss is None or val_loss < state.best_val_loss:
                 state.best_val_loss, state.evals_without_gain = val_loss, 0
@@ -248,17 +253,16 @@ class TrainingRun:
         if self.info.is_distributed:
             stop = sum_over_ranks(float(stop)) > 0
         last = step + wsd_decay_steps(self.config.decay_fraction, self.steps)
-        if stop and last < self.steps:
-            scheduler = self._parts[2]
-            for schedule in scheduler.lr_lambdas:
-                schedule.anneal(step, last)
-            state.stopped_early, state.last_step, self.steps = True, last, last
-            if self.is_main:
-                print(f"{self.name}: the validation loss has not beaten its best ({state.best_val_loss:.4f}) for "
-                      f"{patience} evaluations (--patience): the rate anneals to its floor over the next "
-                      f"{last - step} steps, and the run ends at step {last}", file=sys.stderr)
-                if self._progress is not None:
-                    self._progress.end_at(last)
+        if not stop or last >= self.steps:
+            return None
+        state.stopped_early, state.last_step, self.steps = True, last, last
+        if self.is_main:
+            print(f"{self.name}: the validation loss has not beaten its best ({state.best_val_loss:.4f}) for "
+                  f"{patience} evaluations (--patience): the rate anneals to its floor over the next "
+                  f"{last - step} steps, and the run ends at step {last}", file=sys.stderr)
+            if self._progress is not None:
+                self._progress.end_at(last)
+        return last
 
     @property
     def stopped_early(self) -> bool:

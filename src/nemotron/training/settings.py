@@ -160,7 +160,7 @@ class PretrainingSettings(HandOffSettings, OptimizerSettings, MicroBatchSettings
     eval_batches: int = 8
     """Global batches of validation windows per evaluation (the whole valid split if it is smaller)."""
     eval_every: int = bookkeeping(40)
-    """Validation loss every this many steps (and at the last): 8 points on nano2 tiny's 340-step curve."""
+    """Validation loss every this many steps (and at the last)."""
     checkpoint_every: int = bookkeeping(40)
     """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
     seed: int = 0
@@ -190,7 +190,7 @@ class ContinuedTrainingSettings(TrainingSettings, OptimizerSettings, MicroBatchS
     """End early when the validation loss has not improved on its best for this many evaluations in a
     row (every --eval-every steps): the held-out loss decides when more passes stop helping. The run does
     not stop at once at a high rate: it anneals to its floor over the next --decay-fraction of its planned
-    steps, then ends (`TrainingRun`). 0: never."""
+    steps, then ends (the check in each step's loop: `TrainingRun.patience_ends_run`, `optim.anneal`). 0: never."""
 
 
 @dataclass

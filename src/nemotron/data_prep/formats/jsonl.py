@@ -1,8 +1,8 @@
 """JSONL (SFT / RL records): each line goes through one named transform and is written canonically.
 
-The transforms (`transforms.py`: passthrough, openai_chat, sharegpt, sft) are named, since the name
-goes into the run hash and must say what it does. Malformed lines and records a transform skips are
-counted, never dropped silently.
+The transforms (`transforms.py`: passthrough, openai_chat, sharegpt, sharegpt_to_messages, sft,
+rl_record) are named, since the name goes into the run hash and must say what it does. Malformed lines
+and records a transform skips are counted, never dropped silently.
 """
 
 from __future__ import annotations
@@ -12,10 +12,20 @@ from typing import Any
 
 from nemotron import atomic
 from nemotron.data_prep.formats.base import ShardFormat, ShardInput
-from nemotron.data_prep.transforms import canonical_json, openai_chat, parse_line, passthrough, sft, sharegpt
+from nemotron.data_prep.transforms import (
+    canonical_json,
+    openai_chat,
+    parse_line,
+    passthrough,
+    rl_record,
+    sft,
+    sharegpt,
+    sharegpt_to_messages,
+)
 from nemotron.errors import NemotronError
 
-TRANSFORMS = {"passthrough": passthrough, "openai_chat": openai_chat, "sharegpt": sharegpt, "sft": sft}
+TRANSFORMS = {"passthrough": passthrough, "openai_chat": openai_chat, "sharegpt": sharegpt,
+              "sharegpt_to_messages": sharegpt_to_messages, "sft": sft, "rl_record": rl_record}
 
 
 class Jsonl(ShardFormat):

@@ -14,7 +14,9 @@ whose transforms apply, compose and count skips the same way (`write_jsonl`, `co
 - `sft`: also skips a blank or non-string input or output (the design's keeps them);
 - `openai_chat`: also normalizes the messages (roles system/user/assistant, content parts joined) and
   skips what a chat template cannot render (a tool turn, a message without text);
-- `sharegpt`: writes OpenAI `messages` (what our chat templates render), not the `conversations` list;
+- `sharegpt`: also reads OpenAI messages in its field, and normalizes speakers to system/human/gpt;
+  `sharegpt_to_messages` (not the design's) turns ShareGPT turns into the OpenAI `messages` our chat
+  templates render;
 - `rename`: as the design's, keeps only the renamed fields (our `transforms.rename`, old -> new, keeps
   the rest too), so it is written here;
 - `nemotron_rl` (the design's extractor of `responses_create_params`) has no counterpart: our RL
@@ -28,7 +30,7 @@ from __future__ import annotations
 from nemotron.data_prep import transforms as ours
 from nemotron.data_prep.transforms import Record, Transform
 
-__all__ = ["Transform", "openai_chat", "passthrough", "rename", "select", "sft", "sharegpt"]
+__all__ = ["Transform", "openai_chat", "passthrough", "rename", "select", "sft", "sharegpt", "sharegpt_to_messages"]
 
 
 def sft(*, input: str = "input", output: str = "output", system: str | None = None) -> Transform:  # noqa: A002
@@ -53,8 +55,13 @@ def openai_chat(*, messages: str = "messages") -> Transform:
 
 
 def sharegpt(*, conversations: str = "conversations") -> Transform:
-    """ShareGPT turns in the field `conversations` -> OpenAI `{"messages": [...]}`."""
+    """The chat in the field `conversations` -> ShareGPT `{"conversations": [{"from", "value"}, ...]}`."""
     return ours.sharegpt(conversations_field=conversations)
+
+
+def sharegpt_to_messages(*, conversations: str = "conversations") -> Transform:
+    """ShareGPT turns in the field `conversations` -> OpenAI `{"messages": [...]}`."""
+    return ours.sharegpt_to_messages(conversations_field=conversations)
 
 
 def passthrough() -> Transform:

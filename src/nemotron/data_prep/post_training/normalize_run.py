@@ -94,6 +94,7 @@ class NormalizePlan:
     stages: StagePlan  # the work items, the stage list and the run hash (`stages.runner`)
     sources: tuple[Source, ...]
     empty_sources: tuple[str, ...]  # locations that hold no record
+    capped_sources: tuple[str, ...] = ()  # locations with records past `max_records`, left unread
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,16 +103,21 @@ class NormalizePlan:
 
 
 def plan_normalize(sources: list[Source], output_dir: Path, units_per_source: int = 2,
-                   strict: bool = False) -> NormalizePlan:
+                   strict: bool = False, max_records: int | None = None) -> NormalizePlan:
     """Fingerprint the sources, cut each into at most `units_per_source` work items, and plan the
-    normalize stages over them under `<output_dir>/work/`."""
+    normalize stages over them under `<output_dir>/work/`. `max_records`: read only the first that many
+    records of each source (a smoke run over a real set); the sources cut short are `capped_sources`."""
     if not sources:
         raise NemotronError("no sources: pass --sources FAMILY=PATH[#SPLIT] ... (see --help)")
     if units_per_source < 1:
         raise NemotronError(f"units_per_source={units_per_source} must be at least 1")
-    fingerprints, items, empty = [], [], []
+    if max_records is not None and max_records < 1:
+        raise NemotronError(f"--max-records {max_records} must be at least 1; leave it out to read every record")
+    fingerprints, items, empty, capped = [], [], [], []
     for source in sources:
-        fingerprint, ranges = _fingerprint_and_ranges(source, units_per_source)
+        fingerprint, ranges, cut_short = _fingerprint_and_ranges(source, units_per_source, max_records)
+        if cut_short:
+            capped.append(source.location)
         fingerprints.append({"family": source.family, "dataset": source.dataset, "split": source.split,
                              "name": Path(source.location).name, "fingerprint": fingerprint})
         if not ranges:
@@ -125,15 +131,19 @@ def plan_normalize(sources: list[Source], output_dir: Path, units_per_source: in
     if not items:
         raise NemotronError(f"every source is empty ({', '.join(empty)}); pass files with records")
     stages = plan_stages(items, fingerprints, normalize_stages(strict), Path(output_dir) / "work")
-    return NormalizePlan(stages, tuple(sources), tuple(empty))
+    return NormalizePlan(stages, tuple(sources), tuple(empty), tuple(capped))
 
 
-def _fingerprint_and_ranges(source: Source, units_per_source: int) -> tuple[str, list[tuple[int, int, int]]]:
-    """The source's fingerprint and its work items' (start, end, first line or row)."""
+def _fingerprint_and_ranges(source: Source, units_per_source: int, max_records: int | None = None,
+                            ) -> tuple[str, list[tuple[int, int, int]], bool]:
+    """The source's fingerprint, its work items' (start, end, first line or row), and whether
+    `max_records` left records of it unread."""
     if source.kind == "jsonl":
-        cuts = line_cuts(source.location, units_per_source)
+        end = _end_of_records(source.location, max_records)
+        cuts = line_cuts(source.location, units_per_source, size=end)
         checksum, lines_before = checksum_and_count(source.location, [start for start, _ in cuts])
-        return checksum, [(start, end, before + 1) for (start, end), before in zip(cuts, lines_before, strict=True)]
+        ranges = [(start, stop, before + 1) for (start, stop), before in zip(cuts, lines_before, strict=True)]
+        return checksum, ranges, end is not None and end < Path(source.location).stat().st_size
     if source.kind == "parquet":
         import pyarrow.parquet as pq
 
@@ -142,8 +152,20 @@ def _fingerprint_and_ranges(source: Source, units_per_source: int) -> tuple[str,
     else:
         dataset = _load_hf(source.location, source.split)
         rows, fingerprint = len(dataset), dataset._fingerprint
-    step = max(1, math.ceil(rows / units_per_source))
-    return fingerprint, [(start, min(start + step, rows), start) for start in range(0, rows, step)]
+    read = rows if max_records is None else min(rows, max_records)
+    step = max(1, math.ceil(read / units_per_source))
+    return fingerprint, [(start, min(start + step, read), start) for start in range(0, read, step)], read < rows
+
+
+def _end_of_records(path: str, max_records: int | None) -> int | None:
+    """The byte offset just past the `max_records`-th record (non-blank line) of a JSONL file; None: all."""
+    if max_records is None:
+        return None
+    records = 0
+    with open(path, "rb") as stream:
+        while records < max_records and (line := stream.readline()):
+            records += bool(line.strip())
+        return stream.tell()
 
 
 def _load_hf(location: str, split: str) -> Any:

@@ -46,7 +46,7 @@ SIGNATURE = np.dtype([("problem", "<i2"), ("split", "i1"), ("exact", "u1", (32,)
 INVALID = 10  # decision reason of the first problem in `conversations.PROBLEMS`; the others follow
 
 
-def plan_conversation_items(blend: DataBlend, lineage: list[str], work_item_bytes: int,
+def plan_conversation_items(blend: DataBlend, lineage: list[str], work_item_bytes: int | str,
                             ) -> tuple[list[WorkItem], list[dict]]:
     """The chat sources' work items and input fingerprint (with `lineage`: content digests of sources
     whose files the planner does not checksum, such as the chatterbot corpus)."""

@@ -54,10 +54,13 @@ class SignatureStage(Stage):
     name = "signatures"
 
     def __init__(self, ratios: list[float] | None, filters: str = "default", seed: int = 0,
-                 num_perm: int = 128, ngram: int = 5):
+                 num_perm: int = 128, ngram: int = 5, quality_threshold: float = 1.0):
         if filters not in FILTER_SETS:
             raise NemotronError(f"unknown filter set {filters!r}; use one of {', '.join(FILTER_SETS)}")
         self.ratios, self.filters, self.seed, self.num_perm, self.ngram = ratios, filters, seed, num_perm, ngram
+        # A document's quality score is the share of the filters it passes; it is rejected (counted under the
+        # first filter it fails) below the threshold. 1.0: every filter must pass.
+        self.quality_threshold = quality_threshold
         self._filters: list = []
 
     def setup(self) -> None:
@@ -65,8 +68,9 @@ class SignatureStage(Stage):
 
     def fingerprint(self) -> dict:
         bounds = [[f.name, f.min_value, f.max_value] for f in FILTER_SETS[self.filters]()]
+        threshold = {} if self.quality_threshold == 1.0 else {"quality_threshold": self.quality_threshold}
         return {"ratios": self.ratios, "filters": bounds, "seed": self.seed, "num_perm": self.num_perm,
-                "ngram": self.ngram}
+                "ngram": self.ngram, **threshold}
 
     def output_names(self, item: WorkItem) -> list[str]:
         return [f"signatures/{item.name}.npy"]
@@ -79,7 +83,7 @@ class SignatureStage(Stage):
         for batch in records:
             for document in batch:
                 stats = TextStats(document.text)
-                rejected = next((i for i, f in enumerate(self._filters) if not f.keep(stats)), -1)
+                rejected = self.rejected_by(stats)
                 split = context.item.split or assign_split(document.id, self.ratios)
                 sketch = (minhash(document.text, num_perm=self.num_perm, ngram=self.ngram).hashvalues if rejected < 0
                           else np.zeros(self.num_perm, "<u8"))  # a rejected document is never compared
@@ -93,6 +97,15 @@ class SignatureStage(Stage):
         context.outputs.append(name)
         context.count(self.name, "documents", len(rows))
         return iter(())
+
+
+    def rejected_by(self, stats) -> int:
+        """The index of the first filter a document fails when its score is below the threshold, else -1."""
+        if self.quality_threshold == 1.0:  # the first failure decides: the other filters need not run
+            return next((i for i, f in enumerate(self._filters) if not f.keep(stats)), -1)
+        failed = [i for i, f in enumerate(self._filters) if not f.keep(stats)]
+        passed = 1 - len(failed) / len(self._filters)
+        return failed[0] if failed and passed < self.quality_threshold else -1
 
 
 @dataclass

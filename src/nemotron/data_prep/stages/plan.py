@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nemotron.data_prep import storage
 from nemotron.data_prep.blend import DataBlend
+from nemotron.data_prep.sizes import parse_size
 from nemotron.data_prep.sources import BUILTIN_SOURCES, DATA_SUFFIXES
 from nemotron.data_prep.stages.base import WorkItem
 from nemotron.errors import NemotronError
@@ -27,11 +28,11 @@ from nemotron.errors import NemotronError
 _CHUNK = 1 << 20  # bytes read at a time while checksumming
 
 
-def plan_work_items(blend: DataBlend, work_item_bytes: int, min_items_per_file: int = 1,
+def plan_work_items(blend: DataBlend, work_item_bytes: int | str, min_items_per_file: int = 1,
                     ) -> tuple[list[WorkItem], list[dict]]:
-    """The blend's work items, in blend order, and the input fingerprint (per file: its checksum)."""
-    if work_item_bytes < 1:
-        raise NemotronError(f"work_item_bytes={work_item_bytes} must be at least 1")
+    """The blend's work items, in blend order, and the input fingerprint (per file: its checksum).
+    `work_item_bytes`: bytes, or a size string ("256MB", `nemotron.data_prep.sizes`)."""
+    work_item_bytes = parse_size(work_item_bytes, "work_item_bytes")
     items: list[WorkItem] = []
     fingerprint: list[dict] = []
     for split, entry in blend.entries():
@@ -85,11 +86,12 @@ def _files_of(path: str, base_dir: Path) -> list[tuple[str, str, str]]:
     return [(kind, str(p), name(p)) for p in files]
 
 
-def line_cuts(path: storage.PathLike, pieces: int) -> list[tuple[int, int]]:
+def line_cuts(path: storage.PathLike, pieces: int, size: int | None = None) -> list[tuple[int, int]]:
     """At most `pieces` byte ranges of a line-oriented file, cut at about k/pieces of its size, each cut
     moved forward to the next line start (one seek per cut, no pass over the lines); a range that would
-    be empty (a line longer than a piece) is dropped, so a file may give fewer ranges than asked for."""
-    size = storage.size(path)
+    be empty (a line longer than a piece) is dropped, so a file may give fewer ranges than asked for.
+    `size`: cut only the file's first `size` bytes (a line start), not all of it."""
+    size = storage.size(path) if size is None else size
     boundaries = [0]
     with storage.open_read(path) as stream:
         for k in range(1, pieces):

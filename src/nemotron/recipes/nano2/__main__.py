@@ -10,7 +10,7 @@ scores the final (DPO) model on the standard benchmarks:
   stage1_sft        data_curation -> training -> evaluation    (SFTDataset, SFTCheckpoint, SFTResults)
   stage2_alignment  data_curation -> training -> evaluation    (PreferenceDataset, DPOCheckpoint, DPOResults)
   evaluation        benchmarks: MMLU, HellaSwag, ARC, PIQA, WinoGrande, BoolQ, LAMBADA, GSM8K, each with a
-                    control (StandardBenchmarkResults; `python -m nemotron.evaluation`, 20 items per task at tiny)
+                    control (StandardBenchmarkResults; `python -m nemotron.evaluation`, 10 items per task at tiny)
 
 At `--scale full` the training steps hand their work to Megatron-Bridge on a GPU cluster instead
 (`at_scale.py`; `--dry-run --data-root s3://bucket/prefix --nodes 4 --gpus-per-node 8` prints the plan).

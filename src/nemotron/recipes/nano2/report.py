@@ -34,6 +34,7 @@ from nemotron.recipes.report_card import (
     copied_note,
     copy_tracer,
     fmt,
+    header,
     lessons_section,
     plain_metrics,
     plot_loss_curves,
@@ -192,14 +193,8 @@ def write_report(folder: Path) -> Path:
     out = (folder if not (folder / METADATA).exists() else folder.parent.parent) / "report"
     out.mkdir(parents=True, exist_ok=True)
 
-    first = artifacts[0]
-    producer = first.get("producer") or {}
     md = [
-        "# nano2 report card",
-        "",
-        f"scale **{first['scale']}**, seed **{first['seed']}**, nemotron {producer.get('version')}"
-        f", commit `{(producer.get('git_commit') or 'unknown')[:12]}`",
-        "",
+        *header("nano2", artifacts),
         "## Did it work?",
         "",
         *lesson_lines(artifacts),
@@ -229,7 +224,8 @@ def write_report(folder: Path) -> Path:
 
     md += standard_benchmarks_section(artifacts)
     md += steps_section(artifacts, starts[-1])
-    md += talk_section(artifacts)
+    md += talk_section(artifacts, "A tiny model has seen few chats (its SFT data is in the steps above): expect "
+                                  "short, repetitive answers, and the \"which is the largest\" skill it learnt.")
 
     report = out / "report.md"
     atomic.write_text(report, "\n".join(md))

@@ -8,7 +8,7 @@ model of the same active size.
   stage2_rl         RL prompts + checker spec -> GRPO from the SFT model on the checkable task -> held-out
                     reward, SFT vs RL
   evaluation        benchmarks: the standard benchmarks of the final (RL) model, each with a control
-                    (`python -m nemotron.evaluation`, 20 items per task at tiny)
+                    (`python -m nemotron.evaluation`, 10 items per task at tiny)
 
 With `--post-training-data`, a stage before stage 1 runs the post-training data pipeline on its shipped demo
 records (normalize -> pools -> completion-NLL score -> embedding selection, `nemotron.recipes.post_training_data`)

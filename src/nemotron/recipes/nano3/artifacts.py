@@ -1,6 +1,6 @@
 """Every artifact the nano3 recipe makes (stage 0 reuses nano2's `PretrainDataset`: same data path).
 
-    stage 0  data_curation (nano2's curation library, nano3's stage lists) -> PretrainDataset
+    stage 0  data_curation (the curation library, nemotron.data_prep.curation; nano3's stage lists) -> PretrainDataset
              training (MoE) -> Nano3PretrainCheckpoint     training --dense -> Nano3PretrainCheckpoint
              evaluation -> Nano3PretrainResults (MoE, dense and unigram bits per byte side by side)
     stage 1  data_curation -> Nano3SFTDataset -> training -> Nano3SFTCheckpoint -> evaluation

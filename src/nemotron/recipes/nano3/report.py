@@ -22,7 +22,15 @@ from nemotron import atomic
 from nemotron.artifact import METADATA
 from nemotron.errors import NemotronError
 from nemotron.recipes import report_card
-from nemotron.recipes.report_card import collect, fmt, plot_loss_curves, report_main, steps_section, talk_section
+from nemotron.recipes.report_card import (
+    collect,
+    fmt,
+    header,
+    plot_loss_curves,
+    report_main,
+    steps_section,
+    talk_section,
+)
 from nemotron.training.metrics import read_metrics
 
 STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
@@ -41,8 +49,7 @@ def write_report(folder: Path) -> Path:
     artifacts = collect(starts)
     out = folder / "report"
     out.mkdir(parents=True, exist_ok=True)
-    first = artifacts[0]
-    md = ["# nano3 report card", "", f"scale **{first['scale']}**, seed **{first['seed']}**", ""]
+    md = header("nano3", artifacts)
     md += lesson_lines(artifacts)
 
     results = [a for a in artifacts if a["type"] == "nano3pretrainresults"]
@@ -71,11 +78,12 @@ def write_report(folder: Path) -> Path:
     if moe:
         plot_expert_load(moe[-1]["metrics_path"], out / "expert_load.png")
         md += ["", "## Expert load", "",
-               "Each expert's share of the routed tokens per MoE layer (an even split is 1/experts), and the",
-               "load-balancing loss per layer (1.0 is perfectly even).", "", "![expert load](expert_load.png)"]
+               "Each expert's share of the routed tokens per MoE layer (an even split is 1/experts), and each",
+               "layer's busiest expert over the steps.", "", "![expert load](expert_load.png)", "",
+               *expert_balance(moe[-1]["metrics_path"])]
     md += report_card.standard_benchmarks_section(artifacts)
     md += steps_section(artifacts, starts[-1])
-    md += talk_section(artifacts)
+    md += talk_section(artifacts, what_it_has_seen(artifacts))
     report = out / "report.md"
     atomic.write_text(report, "\n".join(md))
     return report
@@ -83,6 +91,16 @@ def write_report(folder: Path) -> Path:
 
 STAGES = {"nano3pretrainresults": "stage 0: pretraining (MoE)", "nano3sftresults": "stage 1: SFT",
           "nano3rlresults": "stage 2: RL (GRPO)"}
+
+
+def what_it_has_seen(artifacts: list[dict[str, Any]]) -> str:
+    """The card's sentence on what to ask the model: its SFT data holds chat only with `--chat-data`."""
+    sft_data = [a for a in artifacts if a["type"] == "nano3sftdataset"]
+    if sft_data and sft_data[-1].get("config", {}).get("chat_data"):
+        return ("Its SFT data held nano2's chat beside the sums: expect short, repetitive chat answers, and "
+                "sums worked out column by column.")
+    return ("Its SFT data held sums and no chat (`--chat-data` was off): ask it sums in your own wording "
+            "(`What is 12+30?`); anything else gets a sum-shaped reply.")
 
 
 def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
@@ -171,9 +189,12 @@ def rl_table(metrics: dict[str, Any]) -> list[str]:
              f"{fmt(metrics['rl_reward'])} |",
              f"| exact match (greedy) | {fmt(metrics['sft_exact_match'])} ± {fmt(metrics['sft_exact_match_stderr'])} | "
              f"{fmt(metrics['rl_exact_match'])} ± {fmt(metrics['rl_exact_match_stderr'])} |"]
-    if "sft_dropped_carry_share" in metrics:
-        lines.append(f"| sampled answers that drop a carry (the teacher's mistake) | "
-                     f"{fmt(metrics['sft_dropped_carry_share'])} | {fmt(metrics['rl_dropped_carry_share'])} |")
+    mistakes = [("drop a carry (the teacher's mistake)", "dropped_carry"),
+                ("add a carry that is not there", "added_carry"), ("are wrong otherwise", "other")]
+    for label, kind in mistakes:  # evaluations before the added carries were counted have the first only
+        if f"sft_{kind}_share" in metrics:
+            lines.append(f"| sampled answers that {label} | {fmt(metrics[f'sft_{kind}_share'])} | "
+                         f"{fmt(metrics[f'rl_{kind}_share'])} |")
     verdict = "above" if metrics["gain_above_two_stderr"] else "not above"
     lines.append(f"\nHeld-out reward gain RL - SFT: {fmt(metrics['reward_gain'])} ± "
                  f"{fmt(metrics['reward_gain_stderr'])} "
@@ -206,6 +227,21 @@ def plot_reward(metrics_path: str | Path, path: Path) -> None:
     plt.close(fig)
 
 
+def expert_balance(metrics_path: str | Path) -> list[str]:
+    """Markdown: each MoE layer's balance at the last logged step, its busiest and idlest expert's share of
+    the routed tokens against the even share, so a layer one expert dominates is named, not averaged away."""
+    records = [r for r in read_metrics(metrics_path) if "expert_load" in r]
+    if not records:
+        return []
+    last = records[-1]
+    even = 1 / len(last["expert_load"][0])
+    lines = [f"| MoE layer | busiest expert's share | idlest expert's share | busiest / even (step {last['step']}) |",
+             "|---|---|---|---|"]
+    lines += [f"| {layer + 1} | {fmt(max(shares))} | {fmt(min(shares))} | {max(shares) / even:.2f}x |"
+              for layer, shares in enumerate(last["expert_load"])]
+    return [*lines, "", f"An even split gives every expert {fmt(even)}."]
+
+
 def plot_expert_load(metrics_path: str | Path, path: Path) -> None:
     import matplotlib
 
@@ -225,10 +261,12 @@ def plot_expert_load(metrics_path: str | Path, path: Path) -> None:
         ax.set_xlabel("step")
         ax.set_ylim(0, 1)
     ax = axes[0][layers]
-    ax.plot(steps, [r["aux_loss"] for r in records], lw=1)
-    ax.axhline(1.0, color="gray", ls="--", lw=0.8)
-    ax.set_title("load-balancing loss per layer")
+    for layer in range(layers):
+        ax.plot(steps, [max(r["expert_load"][layer]) for r in records], lw=1, label=f"MoE layer {layer + 1}")
+    ax.axhline(1 / len(records[0]["expert_load"][0]), color="gray", ls="--", lw=0.8, label="even share")
+    ax.set_title("busiest expert's share, per MoE layer")
     ax.set_xlabel("step")
+    ax.legend()
     fig.tight_layout()
     with atomic.output_path(path) as temp:
         fig.savefig(temp, format="png", dpi=110, metadata={"Software": None})

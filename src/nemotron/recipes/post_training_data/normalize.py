@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from nemotron.artifact import ArtifactRef, mark_unfinished, source_ref
-from nemotron.artifact.fields import execution
+from nemotron.artifact.fields import added, execution, recorded
 from nemotron.cli import run
 from nemotron.data_prep.post_training.normalize_run import Source, finalize_normalize, plan_normalize
 from nemotron.data_prep.settings import CurationSettings
@@ -60,6 +60,8 @@ class Config(CurationSettings):  # output_dir, scale, seed (nemotron.data_prep.s
     """Each source is cut into this many work items (the resume and parallelism grain)."""
     records_per_file: int = 10_000
     """Parquet files per split hold at most this many records."""
+    max_records: int | None = added(None)
+    """Read only the first N records of each source (a smoke run over a real set); default: all."""
     workers: int = execution(1)
     """Worker processes (a local pool when above 1); the output bytes do not depend on it."""
     output_dir: Path = Path("runs/post_training_data/normalize")
@@ -72,7 +74,7 @@ def main(config: Config) -> PostTrainingDataset:
     mark_unfinished(out)  # until this run completes, the folder holds no artifact
 
     # --- setup: the sources cut into work items, the stage list, the run hash ---
-    plan = plan_normalize(sources, out, config.units_per_source, config.strict)
+    plan = plan_normalize(sources, out, config.units_per_source, config.strict, config.max_records)
     # --- stages: read -> normalize -> write Parquet per work item, in parallel, each receipted ---
     statuses = run_stages(plan.stages, workers=config.workers)
     # --- finalize: dedup, Hugging Face layout, dataset cards ---
@@ -80,11 +82,16 @@ def main(config: Config) -> PostTrainingDataset:
 
     for reason, n in result.removed.items():
         print(f"removed {n:>5}  {reason}", file=sys.stderr)
+    if plan.capped_sources:
+        print(f"--max-records {config.max_records}: read the first {config.max_records} records of "
+              f"{len(plan.capped_sources)} of {len(sources)} sources, not the rest", file=sys.stderr)
+    capped = {} if config.max_records is None else {
+        "max_records": config.max_records, "sources_cut_short": [Path(s).name for s in plan.capped_sources]}
     lineage = [source_ref(s.location) if s.kind != "hf" else ArtifactRef(type="hf_dataset", path=s.location)
                for s in sources]
     return PostTrainingDataset(
         path=out,
-        config=asdict(config),
+        config=recorded(config),  # without max_records when it is not set (`fields.added`)
         scale=config.scale,
         seed=config.seed,
         inputs=lineage,
@@ -93,7 +100,7 @@ def main(config: Config) -> PostTrainingDataset:
         records_per_split=result.counts,
         metrics={**result.as_metrics(), "sources": [f"{s.family}={s.location}#{s.split}" for s in sources],
                  "run_hash": plan.stages.run_hash, "units": len(plan.stages.items),
-                 "units_skipped": list(statuses.values()).count("skipped"),
+                 "units_skipped": list(statuses.values()).count("skipped"), **capped,
                  "wall_seconds": time.perf_counter() - started},
     ).save()
 

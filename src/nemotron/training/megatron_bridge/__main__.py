@@ -1,13 +1,8 @@
 """`python -m nemotron.training.megatron_bridge upload|stage-in|train|show RUN_FOLDER` (see cli.py)."""
 
-import sys
-
-from nemotron.errors import NemotronError
+from nemotron.cli import one_line_errors
 from nemotron.training.megatron_bridge.cli import main
 
 if __name__ == "__main__":
-    try:
+    with one_line_errors():
         main()
-    except NemotronError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)

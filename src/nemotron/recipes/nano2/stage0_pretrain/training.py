@@ -39,15 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nemotron.artifact.fields import bookkeeping
-from nemotron.cli import run
+from nemotron.cli import per_scale, run
 from nemotron.recipes.nano2.artifacts import PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import PretrainingSettings, parse_overrides
 
-# Optimizer steps and window length per scale. Tiny: ~30 s on 2 idle cores (~12,000 tokens/s with 2
-# threads), ~0.2 epochs of Shakespeare: what the recipe's 120 s budget leaves stage 0 once SFT and DPO
-# have theirs. Measured with warmup-stable-decay: held-out loss 4.80 nats/token at 150 steps, 4.67 at 200,
-# 4.34 at 340 (0.700x the unigram's bits per byte); SFT's skill and DPO's lesson hold at 150 (the README).
+# Optimizer steps and window length per scale. Tiny: the README's Expected results gives its seconds on 2
+# cores (stage0_pretrain/training), ~0.2 epochs of Shakespeare: what the recipe's 120 s budget leaves
+# stage 0 once SFT and DPO have theirs. Measured with warmup-stable-decay: held-out loss 4.80 nats/token at
+# 150 steps, 4.67 at 200, 4.34 at 340 (0.700x the unigram's bits per byte); SFT's skill and DPO's lesson
+# hold at 150 (the README).
 STEPS = {"tiny": 150, "small": 2000, "medium": 20000, "full": 100000}
 SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
 
@@ -56,8 +57,7 @@ SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
 class Config(PretrainingSettings):
     """Pretrain the nano2 model from scratch on bin/idx shards."""
 
-    steps: int | None = None
-    """Optimizer steps; default per scale (tiny 200)."""
+    steps: per_scale("Optimizer steps", STEPS) = None
     # A checkpoint (weights, AdamW state, data position) costs ~0.8 s at tiny: every 100 steps, not 40.
     checkpoint_every: int = bookkeeping(100)
     """Checkpoint every this many steps (and at the last); a killed run resumes from the newest."""
@@ -103,7 +103,8 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     # The model is a hybrid: Mamba-2 layers (a selective state space read in one linear pass) between attention
     # and MLP layers (nemotron.models.nano2). On a CPU its Mamba-2 layers train with our chunked SSD scan: the
     # same maths as transformers' PyTorch scan, the same parameters and saved folder, 1.3x faster a step at tiny.
-    # nemotron/models/mamba2.py writes out what a Mamba-2 layer computes; a GPU keeps transformers' forward.
+    # nemotron/models/mamba2.py writes out what a Mamba-2 layer computes; a GPU with mamba_ssm installed keeps
+    # transformers' forward and its CUDA kernels (without mamba_ssm, a GPU trains with our scan too).
     model = use_training_scan(build_model(model_config, seed=config.seed))
     # The loss is one named call: loss_of(x, y) == F.cross_entropy(model(x).logits.flatten(0, 1), y.flatten()),
     # the mean over all targets, to float rounding. It applies the output head a block of tokens at a time and

@@ -46,8 +46,8 @@ from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import FineTuningSettings
 
 # Passes over the packed training rows per scale (the steps follow from the data; --patience stops earlier
-# when the validation loss stops improving). Tiny: ~370 rows of chatterbot and skill chats, 3 passes = ~280
-# steps of 4 rows; the README's "How long SFT trains" shows the held-out curve that chose it.
+# when the validation loss stops improving). Tiny: ~370 rows of chatterbot and skill chats, steps of 4 rows;
+# the README's "How long SFT trains" shows the held-out curve that chose it and the steps its passes take.
 EPOCHS = {"tiny": 3.6, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
@@ -93,7 +93,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import hand_off
-    from nemotron.training.optim import adamw_with_schedule
+    from nemotron.training.optim import adamw_with_schedule, anneal
     from nemotron.training.packed_batches import (
         collate_packed,
         collate_per_conversation,
@@ -184,8 +184,10 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
         step_tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
                         tokens=step_tokens, validation=validation)
+        if (last := training.patience_ends_run(step, validation)) is not None:  # --patience: end the run early,
+            anneal(scheduler, step, last)  # the rate decaying to its floor at the run's new last step
         training.checkpoint_if_due(step)
-        if step == training.steps:  # --patience ended the run here; the rate annealed to its floor on the way
+        if step == training.steps:  # --patience ended the run here
             break
 
     # --- the model folder and the artifact ---

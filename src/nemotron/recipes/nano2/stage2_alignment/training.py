@@ -40,6 +40,7 @@ folder that holds a run with other settings or inputs; fewer training pairs than
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -85,24 +86,28 @@ class Config(ContinuedTrainingSettings):
 
 def main(config: Config) -> DPOCheckpoint:
     # torch and transformers are imported here, not with the module, so `--help` answers without them.
+    import torch
+    import torch.nn.functional as F
+
     from nemotron.data_prep.conversations import check_chat_tokenizer
     from nemotron.data_prep.preference import read_tokenized_pairs
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import load_model
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.distributed import barrier, sum_over_ranks
+    from nemotron.training.distributed import barrier, gradient_sync, sum_over_ranks
     from nemotron.training.dpo import (
         check_dpo_settings,
-        dpo_backward,
         dpo_step_metrics,
         dpo_validation,
         load_reference_logps,
+        preference_losses,
         reference_pass,
         save_reference_logps,
+        scored_reference,
     )
-    from nemotron.training.logprobs import pair_logprobs
+    from nemotron.training.logprobs import completion_logprobs, pair_logprobs
     from nemotron.training.megatron_bridge import DPO_AT_SCALE
-    from nemotron.training.optim import adamw_with_schedule, optimizer_step
+    from nemotron.training.optim import adamw_with_schedule, anneal
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler, planned_steps
 
@@ -159,14 +164,46 @@ def main(config: Config) -> DPOCheckpoint:
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     for step in range(state.step + 1, training.steps + 1):  # the planned steps, or where --patience ended a run
-        # Policy log-probs of both answers of each pair, the loss a mean over the step's pairs on all ranks.
-        step_loss, policy_logps, step_tokens = dpo_backward(
-            forward, ddp, autocast, train, batches.next_step(), reference["train"], config.beta, config.loss_variant,
-            config.label_smoothing, config.sft_weight,
-        )
-        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
+        micro_batches = batches.next_step()  # this rank's micro-batches: lists of pair indices
+        # The loss is the mean over the pairs of the global batch: each micro-batch's mean weighs its pairs x
+        # world size / the step's pairs on all ranks (distributed.sum_over_ranks shows why), which is
+        # 1/grad_accum_steps when every micro-batch holds as many.
+        pairs_per_rank = sum_over_ranks(sum(len(ids) for ids in micro_batches)) / training.info.world_size
+        step_loss, policy_logps, step_tokens = torch.zeros(()), [], 0
+        for index, ids in enumerate(micro_batches):
+            prompts, chosen, rejected = ([sequences[i] for i in ids] for sequences in train)
+            # DDP all-reduces the gradients during the last micro-batch's backward() only (no_sync on the others).
+            with gradient_sync(ddp, last=index == len(micro_batches) - 1), autocast:
+                # Both answers of every pair in one forward, [chosen of each pair..., rejected of each pair...]
+                # (TRL's `concatenated_forward`): log pi(y|x), summed over each answer's tokens.
+                policy = completion_logprobs(forward, prompts * 2, chosen + rejected, batch_size=2 * len(ids))
+                policy_chosen, policy_rejected = policy[: len(ids)], policy[len(ids):]
+                reference_chosen, reference_rejected = scored_reference(reference["train"], ids, policy.device)
+                # DPO's loss, the equation of the module docstring: h is the policy's log-ratio to the reference
+                # on the chosen answer minus that on the rejected one; -log sigmoid(beta * h) (logsigmoid, not
+                # log of sigmoid: finite however far apart the answers are).
+                h = (policy_chosen - reference_chosen) - (policy_rejected - reference_rejected)
+                if config.loss_variant == "sigmoid":
+                    loss = (-F.logsigmoid(config.beta * h)).mean()
+                else:  # cDPO's soft label or IPO's squared loss (training.dpo.dpo_loss says what each is)
+                    loss = preference_losses(h, config.beta, config.loss_variant, config.label_smoothing).mean()
+                if config.sft_weight:  # RPO: plus the chosen answers' mean NLL per token
+                    lengths = torch.tensor([len(c) for c in chosen], dtype=policy.dtype, device=policy.device)
+                    loss = loss + config.sft_weight * (-policy_chosen / lengths).mean()
+                loss = loss * (len(ids) / pairs_per_rank)
+            loss.backward()
+            step_loss += loss.detach().cpu()
+            policy_logps.append((ids, policy_chosen.detach(), policy_rejected.detach()))
+            step_tokens += sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosen, rejected, strict=True))
+        # The update, as in SFT: AdamW at this step's rate after clipping the gradient's global norm (the norm
+        # before clipping is logged), then the schedule's next rate, and the gradients cleared for the next step.
+        lr = scheduler.get_last_lr()[0]
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
 
-        # The step's loss, reward accuracy and margin, and policy log-probs, averaged over all ranks.
+        # Bookkeeping: the step's loss, reward accuracy and margin, and policy log-probs, averaged over all ranks.
         numbers = dpo_step_metrics(step_loss, policy_logps, reference["train"], config.beta)
         validation = None
         if "valid" in reference and training.is_due(step, config.eval_every) and training.is_main:
@@ -176,9 +213,11 @@ def main(config: Config) -> DPOCheckpoint:
                 validation = dpo_validation(model, valid, reference["valid"], config.beta, config.loss_variant,
                                             config.label_smoothing, config.reference_batch_size)
         tokens = round(sum_over_ranks(step_tokens))
-        training.record(step, **numbers, lr=lr, grad_norm=grad_norm, tokens=tokens, validation=validation)
+        training.record(step, **numbers, lr=lr, grad_norm=grad_norm.item(), tokens=tokens, validation=validation)
+        if (last := training.patience_ends_run(step, validation)) is not None:  # --patience: end the run early,
+            anneal(scheduler, step, last)  # the rate decaying to its floor at the run's new last step
         training.checkpoint_if_due(step)
-        if step == training.steps:  # --patience ended the run here; the rate annealed to its floor on the way
+        if step == training.steps:  # --patience ended the run here
             break
 
     # --- the model folder and the artifact ---

@@ -4,7 +4,7 @@
 
 runs four steps, each one a plain function call, skipped when its output is up to date:
 
-  data_curation                                 nano2's curation library, nano3's stage lists and
+  data_curation                                 the curation library, nano3's stage lists and
                                                 chat template (data_curation.py)    -> data_curation/
   training                                      the MoE model, with load balancing  -> training/
   training --dense                              its dense counterpart, same active parameters,

@@ -9,7 +9,7 @@ two mechanisms keep the experts evenly used, both as in Nemotron 3 Nano's Megatr
 
 `--dense` trains `nano3.dense_counterpart` instead: every MoE layer becomes one MLP as wide as the experts
 a token visits plus the shared expert, so both models spend about the same parameters per token; it gets
-the steps that take about as long as the MoE run (`DENSE_STEPS_PER_MOE_STEP`), and the evaluation step
+the MoE run's steps times `DENSE_STEPS_PER_MOE_STEP` (1: the same tokens), and the evaluation step
 reports both models' held-out bits per byte and measured training time side by side.
 
 Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-path`, or stdin). Output: a
@@ -42,19 +42,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemotron.cli import run
+from nemotron.cli import per_scale, run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3PretrainCheckpoint, PretrainDataset
 from nemotron.training.artifacts import MegatronBridgeRun
 from nemotron.training.settings import PretrainingSettings, parse_overrides
 
-# Optimizer steps and window length per scale. Tiny: ~0.35 s per MoE step on 2 idle cores.
+# Optimizer steps and window length per scale. Tiny: the README's Expected results gives the seconds of both
+# runs (stage0_pretrain/training and training_dense) on 2 cores.
 STEPS = {"tiny": 160, "small": 2000, "medium": 20000, "full": 100000}
 SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
-# The dense counterpart's steps per MoE step for the same CPU time. On an idle 2-core machine a tiny MoE
-# step and a dense one cost the same (8,708 vs 8,795 tokens/s in the recipe run of the README): the
-# expert loop's overhead is small at 8 experts. (Under heavy load the MoE step slowed down more, 1.5-2.1x:
-# benchmarks/bench_nano3.py.) The evaluation reports both runs' actual seconds.
+# The dense counterpart's steps per MoE step: 1, so both models see the same tokens. Their CPU time is not
+# the same (transformers runs the chosen experts one after another; how much slower the MoE step is depends
+# on the machine's load: benchmarks/bench_nano3.py), so the evaluation reports both runs' actual seconds.
 DENSE_STEPS_PER_MOE_STEP = 1.0
 
 
@@ -64,8 +64,7 @@ class Config(PretrainingSettings):
 
     dense: bool = False
     """Train the dense counterpart (same active parameters) instead of the MoE model."""
-    steps: int | None = None
-    """Optimizer steps; default per scale (tiny 160; x DENSE_STEPS_PER_MOE_STEP with --dense)."""
+    steps: per_scale("Optimizer steps (x DENSE_STEPS_PER_MOE_STEP with --dense)", STEPS) = None
     aux_loss_coeff: float | None = None
     """Weight of the load-balancing loss; default nemotron.models.nano3.AUX_LOSS_COEFF (1e-4, Nano 3's)."""
     bias_update_rate: float | None = None

@@ -31,6 +31,7 @@ our overrides set the shape; that is one Hub download there.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,8 @@ class Config(FineTuningSettings):
 
 
 def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
+    import torch
+
     from nemotron.data_prep.packing import read_packed
     from nemotron.data_prep.tokenizer import load_tokenizer
     from nemotron.models.loading import ModelLimits, check_fits
@@ -95,7 +98,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.megatron_bridge import FAMILIES, hand_off
     from nemotron.training.moe import ExpertBalance
-    from nemotron.training.optim import adamw_with_schedule, optimizer_step
+    from nemotron.training.optim import adamw_with_schedule, anneal
     from nemotron.training.packed_batches import collate_packed, sft_backward, validation_loss
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler, planned_steps
@@ -145,7 +148,13 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
         micro_batches = [collate_packed(rows, pad_id).to(training.device) for rows in batches.next_step()]
         # Per trained token over the whole step and all ranks (as nano2's), + the experts' balancing loss.
         step_loss = sft_backward(forward, ddp, autocast, micro_batches, balance)
-        grad_norm, lr = optimizer_step(model, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
+        # The update: AdamW at this step's rate after clipping the gradient's global norm (the norm before
+        # clipping is logged), the schedule's next rate, the gradients cleared; then the experts' bias update.
+        lr = scheduler.get_last_lr()[0]
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip or math.inf).item()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
         balance.after_step()
 
         validation = None
@@ -156,8 +165,10 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
         tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm, tokens=tokens,
                         validation=validation, **balance.log())
+        if (last := training.patience_ends_run(step, validation)) is not None:  # --patience: end the run early,
+            anneal(scheduler, step, last)  # the rate decaying to its floor at the run's new last step
         training.checkpoint_if_due(step)
-        if step == training.steps:  # --patience ended the run here; the rate annealed to its floor on the way
+        if step == training.steps:  # --patience ended the run here
             break
 
     return training.finish(Nano3SFTCheckpoint, metrics={"train_reasoning": dataset.train_reasoning})

@@ -9,6 +9,10 @@ reasoning on, two ways, and the checker scores each completion exactly as RL was
   paired comparison: the same questions), and the verdict is whether the gain exceeds two of them.
 - exact match: one greedy answer per question (what a user of the model gets), with its standard
   error, and the greedy reward's paired gain beside it.
+- the mistakes: the share of sampled answers that drop a carry (the teacher's mistake, which SFT
+  imitates), that add a carry that is not there (86 + 90 -> 186: what RL was seen to teach) and that are
+  wrong otherwise, per model (`Addition.mistake`), so a mistake RL teaches is counted, not only one it
+  unlearns.
 
 Input: a `Nano3RLCheckpoint` (`--checkpoint-path`, or stdin); the SFT model and the problems through
 the recorded lineage. Output: a `Nano3RLResults`.
@@ -25,7 +29,7 @@ from pathlib import Path
 from nemotron.artifact import apply_scale
 from nemotron.artifact.upstream import load_upstream
 from nemotron.cli import run
-from nemotron.data_prep.verifiable import Addition, final_answer, read_problems, reward
+from nemotron.data_prep.verifiable import ADDITION_MISTAKES, Addition, final_answer, read_problems, reward
 from nemotron.errors import NemotronError
 from nemotron.evaluation.run import EvaluationRun
 from nemotron.evaluation.settings import EvaluationSettings
@@ -40,7 +44,7 @@ class Config(EvaluationSettings):
 
     max_problems: int | None = None
     """Held-out problems to score; default per scale (tiny 200). Measured at tiny from the 400-step SFT
-    model after the default 20 GRPO steps, 200 problems: the sampled reward's gain +0.060 had a standard
+    model after 20 GRPO steps (the default then), 200 problems: the sampled reward's gain +0.060 had a standard
     error of 0.028 with 1 sample per question and 0.017 with 4; the greedy one, +0.074 ± 0.031."""
     samples_per_problem: int = 4
     """Completions sampled per question for the held-out reward (more: a smaller standard error)."""
@@ -74,8 +78,10 @@ def main(config: Config) -> Nano3RLResults:
 
     # --- per model: the greedy answers, and the sampled ones ---
     greedy, sampled, exact, samples, given = {}, {}, {}, [], {}
-    mistakes = [Addition(p["a"], p["b"]).dropped_carry_answers for p in problems]
-    imitated = {"sft": 0, "rl": 0}  # sampled answers that are a dropped carry's, per model
+    additions = [Addition(p["a"], p["b"]) for p in problems]
+    # sampled answers per model and kind of mistake: the teacher's (a dropped carry), the one RL was seen to
+    # teach (a carry that is not there), any other wrong answer
+    mistakes = {name: dict.fromkeys(ADDITION_MISTAKES, 0) for name in ("sft", "rl")}
     for name, model, tokenizer in evaluation.models(sft=sft, rl=rl):
         prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p["question"]}]) for p in problems]
         # greedy: one answer per question
@@ -96,8 +102,9 @@ def main(config: Config) -> Nano3RLResults:
             texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in ids]
             scores = [reward(t, batch[i // k]["answer"]) for i, t in enumerate(texts)]
             sampled[name] += [sum(scores[i * k : (i + 1) * k]) / k for i in range(len(batch))]
-            # the teacher's mistake, imitated: a sampled answer that a dropped carry gives
-            imitated[name] += sum(final_answer(t) in mistakes[start + i // k] for i, t in enumerate(texts))
+            for i, text in enumerate(texts):
+                if (kind := additions[start + i // k].mistake(final_answer(text))) is not None:
+                    mistakes[name][kind] += 1
 
     # --- the gains with their noise, the lesson and the answers it changed ---
     n = len(problems)
@@ -115,7 +122,9 @@ def main(config: Config) -> Nano3RLResults:
         "sft_greedy_reward": sum(greedy["sft"]) / n, "rl_greedy_reward": sum(greedy["rl"]) / n,
         "greedy_reward_gain": greedy_gain, "greedy_reward_gain_stderr": greedy_gain_stderr,
         "num_problems": n,
-        **{f"{name}_dropped_carry_share": imitated[name] / (n * config.samples_per_problem) for name in imitated},
+        # the share of sampled answers of each kind of mistake, per model: sft_dropped_carry_share, ...
+        **{f"{name}_{kind}_share": count / (n * config.samples_per_problem)
+           for name, kinds in mistakes.items() for kind, count in kinds.items()},
         # The lesson (the reward GRPO maximised, per held-out question, SFT -> RL, paired), and the
         # questions whose greedy answer RL fixed or broke.
         "lesson": lesson(f"held-out reward per question (mean of {config.samples_per_problem} samples at "

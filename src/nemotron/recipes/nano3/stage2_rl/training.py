@@ -6,9 +6,10 @@ Nemotron 3 Nano's RL stage (NeMo-RL's GRPO) on a task a program can check. Each 
 2. reward: the checker scores every completion (`--reward-function`, default
    `nemotron.data_prep.verifiable:reward`: 1 for the right sum after `</think>`, +0.1 if well formed);
 3. advantages: each reward against its own group's mean and std (`nemotron.training.grpo`);
-4. log-probs: of the sampled tokens under the policy before the update ("old"), and under the frozen
-   SFT model when `--kl-beta` > 0 (the reference);
+4. log-probs: of the sampled tokens under the frozen SFT model when `--kl-beta` > 0 (the reference);
 5. update: the clipped per-token surrogate (+ beta x KL, + the MoE balancing loss), backward, clip, AdamW.
+   One update per batch, so the ratio to the sampling ("old") policy is 1 and PPO's clip never acts: the
+   old log-probs are the update pass's own, detached, not a second pass (the loop says why).
 
 Input: a `Nano3SFTCheckpoint` (`--checkpoint-path`, or stdin); the prompts from the `Nano3RLDataset` of
 stage-2 data curation (`--dataset-path`, as the recipe runs it), else its SFT dataset's training problems
@@ -28,13 +29,14 @@ imported or that raises or returns a non-number, a checkpoint that is not a nano
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from nemotron.artifact.fields import bookkeeping
 from nemotron.artifact.upstream import load_upstream
-from nemotron.cli import run
+from nemotron.cli import per_scale, run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano3.artifacts import Nano3RLCheckpoint, Nano3RLDataset, Nano3SFTCheckpoint, Nano3SFTDataset
 from nemotron.training.settings import OptimizerSettings, TrainingSettings
@@ -55,8 +57,7 @@ class Config(TrainingSettings, OptimizerSettings):
     """The Nano3SFTCheckpoint to start from; default: read it from stdin."""
     checkpoint_artifact: str | None = None
     """Or a tracked reference such as `nano3sftcheckpoint:latest`."""
-    steps: int | None = None
-    """Optimizer steps; default per scale (tiny 40)."""
+    steps: per_scale("Optimizer steps", STEPS) = None
     completions_per_step: int = 16
     """Completions sampled per step, all processes together: whole groups (a multiple of --group-size)."""
     group_size: int = 4
@@ -75,7 +76,7 @@ class Config(TrainingSettings, OptimizerSettings):
     warmup_steps: int | None = 0
     weight_decay: float = 0.0  # RL nudges a fine-tuned model: nothing to regularise towards zero (not measured)
     clip_eps: float = 0.2
-    """PPO clip range of the probability ratio."""
+    """PPO clip range of the probability ratio (with one update per batch the ratio is 1: never clipped)."""
     kl_beta: float = 0.0
     """Weight of the KL to the SFT model (0: no reference model is kept)."""
     reward_function: str = "nemotron.data_prep.verifiable:reward"
@@ -105,7 +106,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
     from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
     from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
     from nemotron.training.moe import ExpertBalance
-    from nemotron.training.optim import adamw_with_schedule, optimizer_step
+    from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler
 
@@ -158,18 +159,28 @@ def main(config: Config) -> Nano3RLCheckpoint:
         answers = [p["answer"] for p in batch for _ in range(config.group_size)]
         rewards = torch.tensor(score(reward_fn, texts, answers))
         advantages = group_advantages(rewards, config.group_size)
-        # 4. log-probs of the sampled tokens: old policy (before this update) and reference
+        # 4. log-probs of the sampled tokens under the frozen SFT model, when --kl-beta > 0 (the reference)
         repeated = [p for p in prompts for _ in range(config.group_size)]
         with torch.no_grad():
-            old, mask = sampled_logprobs(policy, repeated, completions)
             ref = sampled_logprobs(reference, repeated, completions)[0] if reference is not None else None
-        # 5. update: clipped surrogate (+ KL, + the experts' balancing loss)
+        # 5. update: clipped surrogate (+ KL, + the experts' balancing loss). One update per batch: the policy
+        # being updated is the one that sampled, so pi_old is pi, the ratio pi / pi_old is exactly 1 and the clip
+        # never acts (PPO's clip matters from a batch's second update on). So "old" is this pass's own
+        # log-probs, detached: the ratio's value is 1 and its gradient the policy gradient. A separate no-grad
+        # pass for it gave the same numbers bit for bit and cost a share of every step (docs/performance.md).
         with autocast, balance.recording() as routings:
-            logprobs, _ = sampled_logprobs(forward, repeated, completions)
+            logprobs, mask = sampled_logprobs(forward, repeated, completions)
+            old = logprobs.detach()
             parts = policy_loss(logprobs, old, advantages, mask, config.clip_eps, ref, config.kl_beta)
             total = parts.loss + balance.loss(routings, len(repeated))
         total.backward()
-        grad_norm, lr = optimizer_step(policy, optimizer, scheduler, config.grad_clip)  # clip, AdamW, schedule
+        # AdamW at this step's rate after clipping the gradient's global norm (the norm before clipping is
+        # logged), the schedule's next rate, the gradients cleared (the expert bias is frozen: a no-op here).
+        lr = scheduler.get_last_lr()[0]
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip or math.inf).item()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
         balance.after_step()
 
         correct = (rewards >= 1.0).float().mean()
