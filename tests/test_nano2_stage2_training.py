@@ -49,6 +49,7 @@ from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, S
 from nemotron.recipes.nano2.stage2_alignment.training import REFERENCE_LOGPS, Config, main
 from nemotron.training.dpo import STEP_METRICS, reward_metrics
 from nemotron.training.logprobs import pair_logprobs
+from nemotron.training.watch import PROBE_PAIRS
 
 VOCAB = 512
 TRAIN_PAIRS, TEST_PAIRS = 160, 60
@@ -169,6 +170,24 @@ def test_dpo_writes_a_self_contained_model_metrics_and_lineage(inputs, trained):
     assert records[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
     assert records[0]["reward_margin"] == pytest.approx(0.0, abs=1e-4)
     assert records[0]["lr"] == Config().lr and records[-1]["lr"] < records[0]["lr"]  # cosine (no warmup in 6 steps)
+
+
+def test_dpo_keeps_its_probe_pairs_log_ratios_in_the_artifact(inputs, trained):
+    """watch.jsonl (a hashed file of the artifact): the probe pairs once, then each kept step's log-ratios."""
+    records = [json.loads(line) for line in trained.watch_path.read_text().splitlines()]
+    probes, kept = records[0], records[1:]
+    assert probes["kind"] == "dpo_probes" and probes["step"] == 0
+    assert [p["split"] for p in probes["pairs"]] == ["train"] * PROBE_PAIRS + ["valid"] * PROBE_PAIRS
+    every = Config().watch_every
+    assert [r["step"] for r in kept] == list(range(every, 7, every)) and {r["kind"] for r in kept} == {"dpo"}
+    for record in kept:
+        assert len(record["pairs"]) == len(probes["pairs"])
+        for pair in record["pairs"]:
+            assert pair["chosen_reward"] == pytest.approx(Config().beta * pair["chosen"], abs=1e-3)
+    # trained on chosen over rejected: the training probes' margin moved the right way
+    margins = [p["chosen"] - p["rejected"] for p in kept[-1]["pairs"][:PROBE_PAIRS]]
+    assert sum(margins) > 0
+    assert "watch.jsonl" in trained.file_hashes
 
 
 def test_reference_logprobs_are_the_sft_models_and_stored_with_the_run(inputs, trained):
