@@ -43,7 +43,7 @@ def rounded(values: torch.Tensor) -> list[float]:
 
 def token_texts(tokenizer, ids: Sequence[int]) -> list[str]:
     """Each token decoded alone (a byte of a multi-byte character shows as the replacement character)."""
-    return [tokenizer.decode([int(i)]) for i in ids]
+    return tokenizer.batch_decode([[int(i)] for i in ids])
 
 
 # ---------------------------------------------------------------------------------------------------

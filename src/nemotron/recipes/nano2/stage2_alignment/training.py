@@ -78,9 +78,9 @@ class Config(ContinuedTrainingSettings):
     # No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises.
     weight_decay: float = 0.0
     watch_every: int = bookkeeping(5)
-    """Every this many steps, keep in watch.jsonl each probe pair's chosen and rejected log-ratio and implicit reward
-    (four numbers a pair; nemotron.training.watch.PROBE_PAIRS training pairs and as many held-out ones), for a
-    no-gradient pass over the probes (at every step it would cost a third of a tiny step)."""
+    """Every this many steps and at the last, keep in watch.jsonl each probe pair's chosen and rejected log-ratio
+    and implicit reward (four numbers a pair; nemotron.training.watch.PROBE_PAIRS training pairs and as many
+    held-out ones), measured by a no-gradient pass over the probes."""
     reference_batch_size: int = 32
     """Sequences per forward pass of the one-time reference pass and of validation."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/training")
@@ -222,7 +222,7 @@ def main(config: Config) -> DPOCheckpoint:
             with autocast:
                 validation = dpo_validation(model, valid, reference["valid"], config.beta, config.loss_variant,
                                             config.label_smoothing, config.reference_batch_size)
-        if training.is_main and step % config.watch_every == 0:  # the probe pairs, as validation: rank 0 only
+        if training.is_main and training.is_due(step, config.watch_every):  # the probe pairs, as validation: rank 0
             with autocast:
                 training.keep(step, "dpo", pairs=probes.record(model))
         tokens = round(sum_over_ranks(step_tokens))

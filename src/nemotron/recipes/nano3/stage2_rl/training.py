@@ -86,10 +86,10 @@ class Config(TrainingSettings, OptimizerSettings):
     """The Nano3RLDataset (stage-2 data_curation) whose prompts GRPO samples; default: the SFT dataset's
     training problems, the same prompts in the same order."""
     watch_every: int = bookkeeping(1)
-    """Keep every this many steps, in watch.jsonl, each group this process sampled (rank 0's: all of them on one
-    process): the prompt; per sample its text, tokens, reward, verdict and advantage; per token its log-prob under
-    the policy (and the reference with --kl-beta) and whether its ratio was clipped. A kept step holds at most
-    --completions-per-step x --max-new-tokens tokens (16 x 96 by default)."""
+    """Every this many steps and at the last, keep in watch.jsonl each group this process sampled (rank 0's: all of
+    them on one process): the prompt; per sample its text, tokens, reward, verdict and advantage; per token its
+    log-prob under the policy (and the reference with --kl-beta) and whether its ratio was clipped. A kept step
+    holds at most --completions-per-step x --max-new-tokens tokens (16 x 96 by default)."""
     eval_every: int = bookkeeping(10)
     """Unused by this step (the held-out numbers are stage-2 evaluation's); kept for the shared settings."""
     checkpoint_every: int = bookkeeping(10)
@@ -206,7 +206,7 @@ def main(config: Config) -> Nano3RLCheckpoint:
                         informative_groups=all_reduce_mean(informative).item(), kl=parts.kl, clipped=parts.clipped,
                         generation_seconds=generation_seconds, update_seconds=time.perf_counter() - started -
                         generation_seconds, **balance.log())
-        if training.is_main and step % config.watch_every == 0:  # what it sampled and scored, for the browser
+        if training.is_main and training.is_due(step, config.watch_every):  # what it sampled and scored (browser)
             training.keep(step, "grpo", groups=grpo_groups(
                 tokenizer, [p["question"] for p in batch], [str(p["answer"]) for p in batch], completions, rewards,
                 advantages, logprobs, clipped_tokens(logprobs, old, config.clip_eps), ref, [len(p) for p in repeated]))
