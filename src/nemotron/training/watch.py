@@ -32,7 +32,7 @@ import torch.nn.functional as F
 WATCH_FILE = "watch.jsonl"
 HELDOUT_TEXTS = 2  # held-out texts whose per-token loss pretraining and SFT keep at each validation
 HELDOUT_TOKENS = 128  # at most this many tokens of each
-PROBE_PAIRS = 4  # DPO: this many training pairs and as many held-out pairs are followed
+PROBE_PAIRS = 3  # DPO: this many training pairs and as many held-out pairs are followed
 PROBE_CHARS = 160  # of each probe pair's prompt and answers, for the browser
 PLACES = 4  # decimals kept of a log-probability or loss (a shading needs no more)
 
@@ -130,13 +130,13 @@ class DPOProbes:
     """PROBE_PAIRS training pairs (the first the reference pass scored) and as many held-out pairs, followed
     step by step: `pairs` describes them (the `"dpo_probes"` record), `record(model)` measures them."""
 
-    def __init__(self, train: tuple, valid: tuple, reference: dict, tokenizer, beta: float, batch_size: int):
+    def __init__(self, train: tuple, valid: tuple, reference: dict, tokenizer, beta: float):
         chosen, rejected = reference["train"]
         scored = [i for i in range(len(chosen)) if not (chosen[i].isnan() or rejected[i].isnan())]
         self.splits = [("train", train, reference["train"], scored[:PROBE_PAIRS])]
         if "valid" in reference:
             self.splits.append(("valid", valid, reference["valid"], list(range(min(PROBE_PAIRS, len(valid[0]))))))
-        self.beta, self.batch_size = beta, batch_size
+        self.beta = beta
         self.pairs = [
             {"split": split, "index": i, "prompt": tokenizer.decode(pairs[0][i])[-PROBE_CHARS:],
              "chosen": tokenizer.decode(pairs[1][i])[:PROBE_CHARS],
@@ -147,15 +147,19 @@ class DPOProbes:
 
     def record(self, model) -> list[dict]:
         """Each probe pair's log-ratios log pi / pi_ref of its chosen and rejected answers under `model` (eval
-        mode, no gradient), and their implicit rewards beta x log-ratio, in the order of `pairs`."""
-        from nemotron.training.logprobs import pair_logprobs
+        mode, no gradient; all the probes' answers in one forward, as the step's), and their implicit rewards
+        beta x log-ratio, in the order of `pairs`."""
+        from nemotron.training.logprobs import completion_logprobs, evaluation_mode
 
+        probes = [(pairs, ref, i) for _, pairs, ref, ids in self.splits for i in ids]
+        prompts = [pairs[0][i] for pairs, _, i in probes]
+        answers = [pairs[1][i] for pairs, _, i in probes] + [pairs[2][i] for pairs, _, i in probes]
+        with evaluation_mode(model):
+            policy = completion_logprobs(model, prompts * 2, answers, batch_size=len(answers)).float().cpu()
         measured = []
-        for _, pairs, ref, ids in self.splits:
-            policy = pair_logprobs(model, *([side[i] for i in ids] for side in pairs), batch_size=self.batch_size)
-            for k, i in enumerate(ids):
-                chosen, rejected = float(policy[0][k]) - float(ref[0][i]), float(policy[1][k]) - float(ref[1][i])
-                measured.append({"chosen": round(chosen, PLACES), "rejected": round(rejected, PLACES),
-                                 "chosen_reward": round(self.beta * chosen, PLACES),
-                                 "rejected_reward": round(self.beta * rejected, PLACES)})
+        for k, (_, ref, i) in enumerate(probes):
+            chosen, rejected = float(policy[k] - ref[0][i]), float(policy[len(probes) + k] - ref[1][i])
+            measured.append({"chosen": round(chosen, PLACES), "rejected": round(rejected, PLACES),
+                             "chosen_reward": round(self.beta * chosen, PLACES),
+                             "rejected_reward": round(self.beta * rejected, PLACES)})
         return measured

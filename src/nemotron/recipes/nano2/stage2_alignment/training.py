@@ -77,7 +77,7 @@ class Config(ContinuedTrainingSettings):
     lr: float = 5e-5
     # No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises.
     weight_decay: float = 0.0
-    watch_every: int = bookkeeping(5)
+    watch_every: int = bookkeeping(10)
     """Every this many steps and at the last, keep in watch.jsonl each probe pair's chosen and rejected log-ratio
     and implicit reward (four numbers a pair; nemotron.training.watch.PROBE_PAIRS training pairs and as many
     held-out ones), measured by a no-gradient pass over the probes."""
@@ -170,7 +170,7 @@ def main(config: Config) -> DPOCheckpoint:
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
     # a few fixed pairs followed step by step (rank 0 keeps them in watch.jsonl, for the browser)
-    probes = DPOProbes(train, valid, reference, tokenizer, config.beta, config.reference_batch_size)
+    probes = DPOProbes(train, valid, reference, tokenizer, config.beta)
     if state.step == 0:
         training.keep(0, "dpo_probes", pairs=probes.pairs)
     for step in range(state.step + 1, training.steps + 1):  # the planned steps, or where --patience ended a run
