@@ -42,9 +42,10 @@ def main() -> None:
     if not watch.is_file():
         raise SystemExit(f"error: {watch} not found; pass a run folder and a training step under it")
     records = [json.loads(line) for line in watch.read_text().splitlines()]
-    from browser import headless_chromium
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+
+    from browser import headless_chromium
 
     page = write_page(args.runs, Path(tempfile.mkdtemp()) / "runs.html")
     driver = headless_chromium()
