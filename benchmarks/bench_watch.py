@@ -3,9 +3,9 @@
 A DPO step (recipes/nano2/stage2_alignment/training.py) is one forward and backward of the policy over the
 chosen and rejected answers of `--micro-batch-size` pairs; every `--watch-every` steps the step also measures
 its probe pairs (`DPOProbes.record`: one no-gradient forward over their answers). Both are timed here in
-turn, on the same model and pairs, `--repeats` times (median, and the fastest of each), so the load of a shared machine weighs on both
-alike. The share printed is the probe pass over `--watch-every` steps: what keeping them adds to a step.
-GRPO's share is in `benchmarks/bench_grpo_step.py` (its `watch` phase).
+turn, on the same model and pairs, `--repeats` times (median, and the fastest of each), so the load of a
+shared machine weighs on both alike. The share printed is the probe pass over `--watch-every` steps: what
+keeping them adds to a step. GRPO's share is in `benchmarks/bench_grpo_step.py` (its `watch` phase).
 
     python benchmarks/bench_watch.py --run runs/nano2            # a nano2 run: its SFT model and DPO pairs
 """
