@@ -6,7 +6,7 @@
 Writes the page of `python -m nemotron.artifact browse RUNS` into a temporary folder, opens it in the headless
 Chromium the page tests use (tests/browser.py), selects NODE and saves the "Watch it learn" box as PNG. The
 step shown: for GRPO the first kept step with a group holding both a right and a wrong sample (the first
-step whose advantages are not all zero), for held-out tokens the middle validation, for DPO the whole run.
+step whose advantages are not all zero), for held-out tokens the first validation, for DPO the whole run.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ def step_index(records: list[dict]) -> int:
     for index, record in enumerate(grpo):
         if any(len({s["correct"] for s in group["samples"]}) == 2 for group in record["groups"]):
             return index
-    tokens = [r for r in records if r["kind"] == "tokens"]
-    return len(tokens) // 2 if tokens else 0
+    return 0  # held-out tokens: the first validation, before most is learnt
 
 
 def main() -> None:
