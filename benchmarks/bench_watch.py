@@ -1,13 +1,16 @@
-"""What keeping a DPO step's probe pairs costs (nemotron.training.watch), against the step itself.
+"""What keeping what a step did costs (nemotron.training.watch), against the step itself: DPO's probe pairs,
+SFT's held-out chats.
 
 A DPO step (recipes/nano2/stage2_alignment/training.py) is one forward and backward of the policy over the
 chosen and rejected answers of `--micro-batch-size` pairs; every `--watch-every` steps the step also measures
 its probe pairs (`DPOProbes.record`: one no-gradient forward over their answers). Both are timed here in
 turn, on the same model and pairs, `--repeats` times (median, and the fastest of each), so the load of a
 shared machine weighs on both alike. The share printed is the probe pass over `--watch-every` steps: what
-keeping them adds to a step. GRPO's share is in `benchmarks/bench_grpo_step.py` (its `watch` phase).
+keeping them adds to a step. The same for SFT: a step's forward and backward over `--micro-batch-size`
+packed rows, against the per-token loss of the held-out chats (`token_losses`, kept at each validation:
+every `--eval-every` steps). GRPO's share is in `benchmarks/bench_grpo_step.py` (its `watch` phase).
 
-    python benchmarks/bench_watch.py --run runs/nano2            # a nano2 run: its SFT model and DPO pairs
+    python benchmarks/bench_watch.py --run runs/nano2       # a nano2 run: its SFT model, SFT rows and DPO pairs
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def main() -> None:
             step.append(middle - started)
             probe.append(time.perf_counter() - middle)
     step_s, probe_s = statistics.median(step), statistics.median(probe)
+    sft_step, chats, sft_every = sft_timings(args.run, model, args.repeats)
     fastest = min(probe) / min(step)  # the least disturbed by other work on the machine
     print(f"nano2 DPO, {config.micro_batch_size} pairs a step, {len(probes.pairs)} probe pairs, threads "
           f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
@@ -66,6 +70,38 @@ def main() -> None:
     print(f"kept every {config.watch_every} steps (--watch-every): {probe_s / config.watch_every / step_s:.1%} "
           f"of the step's forward and backward; every step: {probe_s / step_s:.0%} (medians; fastest of each: "
           f"{fastest:.0%})")
+    print(f"| SFT: forward + backward of a step | {sft_step:.3f} s |")
+    print(f"| held-out chats' per-token loss | {chats:.3f} s |")
+    print(f"kept at each validation (every {sft_every} steps): {chats / sft_every / sft_step:.1%} of the step's "
+          "forward and backward")
+
+
+def sft_timings(run: Path, model, repeats: int) -> tuple[float, float, int]:
+    """(median seconds of an SFT step's forward and backward, of the held-out chats' per-token loss, the
+    validation interval) on the run's SFT rows, the two in turn."""
+    from nemotron.data_prep.packing import read_packed
+    from nemotron.recipes.nano2.artifacts import SFTDataset
+    from nemotron.recipes.nano2.stage1_sft.training import Config as SFTConfig
+    from nemotron.training.packed_batches import collate_packed, masked_token_loss
+    from nemotron.training.watch import heldout_chats, token_losses
+
+    dataset = SFTDataset.from_path(run / "stage1_sft" / "data_curation")
+    train, valid = read_packed(dataset.train_packed), read_packed(dataset.valid_packed)
+    tokenizer = load_tokenizer(dataset.tokenizer_dir)
+    config = SFTConfig()
+    batch = collate_packed(train[: config.micro_batch_size], tokenizer.pad_token_id)
+    chats = heldout_chats(valid)
+    step, kept = [], []
+    for repeat in range(repeats + 1):
+        started = time.perf_counter()
+        masked_token_loss(model(**batch.model_inputs(), use_cache=False).logits, batch).backward()
+        model.zero_grad(set_to_none=True)
+        middle = time.perf_counter()
+        token_losses(model, chats, tokenizer)
+        if repeat:
+            step.append(middle - started)
+            kept.append(time.perf_counter() - middle)
+    return statistics.median(step), statistics.median(kept), config.eval_every
 
 
 if __name__ == "__main__":
