@@ -279,6 +279,7 @@ def test_killed_run_resumes_to_the_same_weights_and_loss(inputs, trained, tmp_pa
     assert all(torch.equal(uninterrupted[name], resumed_weights[name]) for name in uninterrupted)
     assert resumed.training_loss == trained.training_loss
     assert resumed.metrics_path.read_text() == trained.metrics_path.read_text()
+    assert resumed.watch_path.read_text() == trained.watch_path.read_text()  # the probes once, each kept step once
 
 
 # --------------------------------------------------------------------------------------------------
