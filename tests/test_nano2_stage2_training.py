@@ -344,6 +344,7 @@ def test_a_checkpoint_with_another_tokenizer_is_refused(inputs, tmp_path):
         (dict(loss_variant="conservative"), "needs 0 < label_smoothing < 0.5"),
         (dict(beta=0.0), "must be > 0"),
         (dict(micro_batch_size=1000), "fewer than one global batch"),
+        (dict(watch_every=0), "--watch-every 0 must be at least 1"),
     ],
 )
 def test_settings_dpo_does_not_define_are_refused_before_training(inputs, tmp_path, changes, message):

@@ -119,6 +119,8 @@ class TrainingRun:
         self.out = Path(config.output_dir)
         if steps < 1:
             raise NemotronError(f"--steps {steps} must be at least 1")
+        if getattr(config, "watch_every", 1) < 1:  # the steps that keep records every N steps (GRPO, DPO)
+            raise NemotronError(f"--watch-every {config.watch_every} must be at least 1 (1: keep every step)")
         # --- compute: processes, threads, seeds ---
         self.info = setup_distributed(config.device)
         seed_everything(config.seed)
