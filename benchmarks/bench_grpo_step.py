@@ -5,6 +5,7 @@ with a tokenizer trained here on the addition task, broken into its phases:
   generation   sampling `--group-size` completions for each of `--prompts` questions (KV / Mamba cache)
   reward       decoding the completions and scoring them with the checker
   update       the policy forward with gradient, the clipped loss, backward and AdamW
+  watch        what the step keeps of it in watch.jsonl at every kept step (`watch.grpo_groups`, as JSON)
 and, apart, what the step no longer does: a separate no-grad pass for the old policy's log-probs. With one
 update per batch the old policy is the policy, so the step takes the update pass's own log-probs, detached;
 this times the pass it saves and checks that it gives the same numbers bit for bit
@@ -19,6 +20,7 @@ one token at a time, while SFT sees every token in one pass. Each is timed `--re
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -32,8 +34,9 @@ from nemotron.data_prep.tokenizer import IM_END_ID, load_tokenizer, train_tokeni
 from nemotron.data_prep.verifiable import addition_problems, reward, score
 from nemotron.models import nano3
 from nemotron.models.loading import quiet_cuda_kernel_notes
-from nemotron.training.grpo import group_advantages, policy_loss, sample_groups, sampled_logprobs
+from nemotron.training.grpo import clipped_tokens, group_advantages, policy_loss, sample_groups, sampled_logprobs
 from nemotron.training.optim import build_optimizer
+from nemotron.training.watch import grpo_groups
 
 
 def main() -> None:
@@ -61,7 +64,8 @@ def main() -> None:
     prompts = [tokenize_nano3_prompt(tokenizer, [{"role": "user", "content": p.question}]) for p in batch]
     repeated = [p for p in prompts for _ in range(args.group_size)]
 
-    phases: dict[str, list[float]] = {name: [] for name in ("generation", "reward", "logprobs", "update", "sft")}
+    phases: dict[str, list[float]] = {name: [] for name in ("generation", "reward", "logprobs", "update", "watch",
+                                                                   "sft")}
     identical = True  # the old log-probs pass against the update pass's own, every round
     for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
         clock = time.perf_counter()
@@ -81,6 +85,10 @@ def main() -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         marks.append(time.perf_counter())
+        json.dumps(grpo_groups(tokenizer, [p.question for p in batch], [str(p.answer) for p in batch], completions,
+                               rewards, advantages, logprobs, clipped_tokens(logprobs, logprobs, 0.2), None,
+                               [len(p) for p in repeated]))
+        marks.append(time.perf_counter())
         # SFT on the same sequences: next-token loss on the completion tokens, one pass with gradient
         logprobs, mask = sampled_logprobs(model, repeated, completions)
         (-(logprobs * mask).sum() / mask.sum()).backward()
@@ -92,7 +100,7 @@ def main() -> None:
                 phases[name].append(end - start)
 
     median = {name: statistics.median(values) for name, values in phases.items()}
-    grpo = sum(median[name] for name in ("generation", "reward", "update"))
+    grpo = sum(median[name] for name in ("generation", "reward", "update"))  # the step without keeping it
     tokens = int(mask.sum().item())
     print(f"nano3 {args.scale} MoE, {args.prompts} prompts x {args.group_size} completions, {tokens} completion tokens "
           f"({len(repeated)} sequences), threads {torch.get_num_threads()}")
@@ -102,6 +110,8 @@ def main() -> None:
     print(f"| GRPO step | {grpo:.3f} | |\n| SFT step, same sequences | {median['sft']:.3f} | |")
     print(f"| a separate old log-probs pass (the step skips it) | {median['logprobs']:.3f} | "
           f"{median['logprobs'] / (grpo + median['logprobs']):.0%} of a step that takes it |")
+    print(f"| keeping the step in watch.jsonl (every --watch-every steps) | {median['watch']:.3f} | "
+          f"{median['watch'] / grpo:.1%} of the step |")
     print(f"its log-probs equal the update pass's bit for bit, every round: {identical}")
     print(f"GRPO step / SFT step on the same tokens: {grpo / median['sft']:.1f}x")
 

@@ -2,6 +2,7 @@
 browser the suite already uses (tests/browser.py): the lineage graph, a node's details and curves, a diff."""
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -138,5 +139,78 @@ def test_the_ten_steps_of_a_nano2_run_in_a_real_browser(nano2_run, tmp_path):
         drawn = len(loss.get_attribute("points").split())
         assert drawn == logged if logged <= 400 else 400 <= drawn <= 401
         assert "Report card" in driver.find_element(By.ID, "report-title").text
+        # watch it learn: SFT's held-out chats shaded by loss, DPO's probe pairs
+        node(driver, "stage1_sft/training").click()
+        assert driver.find_element(By.ID, "watch-box").get_attribute("data-kind") == "tokens"
+        assert driver.find_elements(By.CSS_SELECTOR, "#heldout .tok[data-shade]")
+        node(driver, "stage2_alignment/training").click()
+        probes = json.loads((nano2_run.out / "stage2_alignment/training/watch.jsonl").read_text().splitlines()[0])
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#probes polyline")) == 2 * len(probes["pairs"])
+        assert " probe pairs flipped by step " + str(metadata["stage2_alignment/training"]["steps"]) + " (" in \
+            driver.find_element(By.ID, "flipped").text
+    finally:
+        driver.quit()
+
+
+class Watched(Artifact):
+    metrics_path: ArtifactPath
+    watch_path: ArtifactPath
+
+
+def sample(tokens: list[str], logprob: list[float], reward: float, advantage: float, clipped: list[int]) -> dict:
+    return {"text": "".join(tokens), "tokens": tokens, "reward": reward, "correct": reward >= 1,
+            "advantage": advantage, "logprob": logprob, "clipped": clipped}
+
+
+def watched_run(root: Path) -> Path:
+    """A GRPO-like training folder and a pretraining-like one, their watch.jsonl as nemotron.training.watch writes
+    it: two kept GRPO steps (the second more confident, one token clipped), two validations of a held-out text."""
+    grpo = [{"step": 1, "kind": "grpo", "groups": [{"prompt": "12+34?", "answer": "46", "samples": [
+                sample(["4", "6"], [-2.0, -1.5], 1.1, 0.7071, [0, 0]),
+                sample(["5", "6"], [-2.5, -1.0], 0.1, -0.7071, [0, 0])]}]},
+            {"step": 5, "kind": "grpo", "groups": [{"prompt": "20+21?", "answer": "41", "samples": [
+                sample(["4", "1"], [-0.05, -0.01], 1.1, 0.0, [0, 1]),
+                sample(["4", "1"], [-0.06, -0.02], 1.1, 0.0, [0, 0])]}]}]
+    tokens = [{"step": s, "kind": "tokens", "texts": [{"tokens": ["to", " be", " or", " not"], "loss": loss,
+                                                        "trained": [1, 1, 1]}]}
+              for s, loss in ((10, [5.0, 4.0, 6.0]), (20, [0.5, 3.0, 0.2]))]
+    for name, records in (("rl", grpo), ("pretrain", tokens)):
+        folder = root / name
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+        (folder / "watch.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        Watched(path=folder, metrics_path=folder / "metrics.jsonl", watch_path=folder / "watch.jsonl").save(step=name)
+    return root
+
+
+@pytest.mark.slow
+def test_watch_it_learn_a_step_slider_over_grpo_groups_and_held_out_tokens_shaded_by_loss(tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    assert browse(watched_run(tmp_path / "runs"), tmp_path / "runs.html").returncode == 0
+    driver = headless_chromium()
+    shades = lambda css: [t.get_attribute("data-shade") for t in driver.find_elements(By.CSS_SELECTOR, css)]  # noqa: E731
+    try:
+        driver.get((tmp_path / "runs.html").as_uri())
+        node(driver, "rl").click()
+        assert driver.find_element(By.ID, "watch-box").get_attribute("data-kind") == "grpo"
+        rows = driver.find_elements(By.CSS_SELECTOR, "#groups tr.sample")
+        assert [r.find_element(By.CSS_SELECTOR, ".advantage").text for r in rows] == ["0.7071", "-0.7071"]
+        assert [r.find_element(By.CSS_SELECTOR, ".right, .wrong").text for r in rows] == ["right", "wrong"]
+        before = shades("#groups .tok")
+        assert before[0] == f"{1 - math.exp(-2.0):.3f}" and not driver.find_elements(By.CSS_SELECTOR, ".tok.clipped")
+        driver.find_element(By.ID, "watch-step").send_keys(Keys.ARROW_RIGHT)  # the slider to the second kept step
+        assert driver.find_element(By.ID, "watch-step-label").text.startswith("5")
+        assert "20+21?" in driver.find_element(By.CSS_SELECTOR, "#groups tr.prompt").text
+        after = shades("#groups .tok")
+        assert after != before and float(after[0]) < float(before[0])  # more confident: lighter
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#groups .tok.clipped")) == 1
+        node(driver, "pretrain").click()
+        assert driver.find_element(By.ID, "watch-box").get_attribute("data-kind") == "tokens"
+        first = shades("#heldout .tok[data-shade]")
+        driver.find_element(By.ID, "watch-step").send_keys(Keys.ARROW_RIGHT)
+        second = shades("#heldout .tok[data-shade]")
+        assert first == ["0.833", "0.667", "1.000"] and second == ["0.083", "0.500", "0.033"]
     finally:
         driver.quit()

@@ -367,3 +367,22 @@ def test_a_compiled_run_trains_the_eager_runs_losses_to_float_rounding(dataset, 
         assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-5), compiled["step"]
         assert compiled["grad_norm"] == pytest.approx(eager["grad_norm"], rel=1e-4), compiled["step"]
     assert runs[True].validation_loss == pytest.approx(runs[False].validation_loss, rel=1e-5)
+
+
+def test_each_validation_keeps_the_per_token_loss_of_the_first_held_out_windows(dataset, trained):
+    """watch.jsonl, a hashed file of the artifact: at each validation the loss of every token of the first
+    held-out windows (the same text each time), which falls as the model learns."""
+    from nemotron.training.watch import HELDOUT_TEXTS
+
+    kept = [json.loads(line) for line in trained.watch_path.read_text().splitlines()]
+    validations = [r["step"] for r in read_metrics(trained.metrics_path) if "val_loss" in r]
+    assert [r["step"] for r in kept] == validations and {r["kind"] for r in kept} == {"tokens"}
+    assert "watch.jsonl" in trained.file_hashes
+    first_doc = IndexedReader(dataset.valid_prefixes[0])[0]
+    for record in kept:
+        assert len(record["texts"]) == HELDOUT_TEXTS and all(len(t["loss"]) == FEW["seq_len"] for t in record["texts"])
+        assert [t["tokens"] for t in record["texts"]] == [t["tokens"] for t in kept[0]["texts"]]  # a fixed text
+    tokenizer = AutoTokenizer.from_pretrained(trained.model_dir)
+    assert "".join(kept[0]["texts"][0]["tokens"]).startswith(tokenizer.decode(first_doc[:8]))
+    mean = [sum(t["loss"]) / len(t["loss"]) for t in kept[-1]["texts"] + kept[0]["texts"]]
+    assert sum(mean[:HELDOUT_TEXTS]) < sum(mean[HELDOUT_TEXTS:])

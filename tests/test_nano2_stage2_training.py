@@ -49,6 +49,7 @@ from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, S
 from nemotron.recipes.nano2.stage2_alignment.training import REFERENCE_LOGPS, Config, main
 from nemotron.training.dpo import STEP_METRICS, reward_metrics
 from nemotron.training.logprobs import pair_logprobs
+from nemotron.training.watch import PROBE_PAIRS
 
 VOCAB = 512
 TRAIN_PAIRS, TEST_PAIRS = 160, 60
@@ -171,6 +172,24 @@ def test_dpo_writes_a_self_contained_model_metrics_and_lineage(inputs, trained):
     assert records[0]["lr"] == Config().lr and records[-1]["lr"] < records[0]["lr"]  # cosine (no warmup in 6 steps)
 
 
+def test_dpo_keeps_its_probe_pairs_log_ratios_in_the_artifact(inputs, trained):
+    """watch.jsonl (a hashed file of the artifact): the probe pairs once, then each kept step's log-ratios."""
+    records = [json.loads(line) for line in trained.watch_path.read_text().splitlines()]
+    probes, kept = records[0], records[1:]
+    assert probes["kind"] == "dpo_probes" and probes["step"] == 0
+    assert [p["split"] for p in probes["pairs"]] == ["train"] * PROBE_PAIRS + ["valid"] * PROBE_PAIRS
+    every = Config().watch_every
+    assert [r["step"] for r in kept] == sorted({*range(every, 7, every), 6}) and {r["kind"] for r in kept} == {"dpo"}
+    for record in kept:
+        assert len(record["pairs"]) == len(probes["pairs"])
+        for pair in record["pairs"]:
+            assert pair["chosen_reward"] == pytest.approx(Config().beta * pair["chosen"], abs=1e-3)
+    # trained on chosen over rejected: the training probes' margin moved the right way
+    margins = [p["chosen"] - p["rejected"] for p in kept[-1]["pairs"][:PROBE_PAIRS]]
+    assert sum(margins) > 0
+    assert "watch.jsonl" in trained.file_hashes
+
+
 def test_reference_logprobs_are_the_sft_models_and_stored_with_the_run(inputs, trained):
     dataset, sft = inputs
     stored = torch.load(trained.path / REFERENCE_LOGPS, weights_only=True)
@@ -260,6 +279,7 @@ def test_killed_run_resumes_to_the_same_weights_and_loss(inputs, trained, tmp_pa
     assert all(torch.equal(uninterrupted[name], resumed_weights[name]) for name in uninterrupted)
     assert resumed.training_loss == trained.training_loss
     assert resumed.metrics_path.read_text() == trained.metrics_path.read_text()
+    assert resumed.watch_path.read_text() == trained.watch_path.read_text()  # the probes once, each kept step once
 
 
 # --------------------------------------------------------------------------------------------------
@@ -324,6 +344,7 @@ def test_a_checkpoint_with_another_tokenizer_is_refused(inputs, tmp_path):
         (dict(loss_variant="conservative"), "needs 0 < label_smoothing < 0.5"),
         (dict(beta=0.0), "must be > 0"),
         (dict(micro_batch_size=1000), "fewer than one global batch"),
+        (dict(watch_every=0), "--watch-every 0 must be at least 1"),
     ],
 )
 def test_settings_dpo_does_not_define_are_refused_before_training(inputs, tmp_path, changes, message):

@@ -210,6 +210,10 @@ def sft(sft_data, tmp_path_factory):
 
 def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, sft, dense, tmp_path):
     assert "expert_load" in read_metrics(sft.metrics_path)[-1] and sft.validation_loss > 0
+    kept = [json.loads(line) for line in sft.watch_path.read_text().splitlines()]  # at each validation
+    assert [(r["step"], r["kind"]) for r in kept] == [(2, "tokens")]
+    for text in kept[0]["texts"]:  # per-token loss of a held-out chat, its answer's tokens marked as trained
+        assert len(text["loss"]) == len(text["trained"]) == len(text["tokens"]) - 1 and 0 < sum(text["trained"])
     results = sft_evaluation.main(sft_evaluation.Config(checkpoint_path=sft.path, max_problems=3, max_new_tokens=12,
                                                         output_dir=tmp_path / "eval"))
     assert results.num_problems == 3
@@ -323,6 +327,19 @@ def test_grpo_logs_generation_and_update_and_resumes_after_a_kill(sft, tmp_path)
     assert all(torch.equal(first[k], second[k]) for k in first)
     strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_seconds")} for r in rows]  # noqa: E731
     assert strip(read_metrics(resumed.metrics_path)) == strip(records)
+    # what each step sampled and scored, kept in the artifact (watch.jsonl), the same bytes after the resume
+    kept = [json.loads(line) for line in policy.watch_path.read_text().splitlines()]
+    assert [(r["step"], r["kind"]) for r in kept] == [(1, "grpo"), (2, "grpo")]
+    assert resumed.watch_path.read_bytes() == policy.watch_path.read_bytes()
+    groups = kept[0]["groups"]
+    assert len(groups) == RL["completions_per_step"] // RL["group_size"]
+    for group in groups:
+        assert len(group["samples"]) == RL["group_size"] and group["prompt"] and group["answer"]
+        assert sum(s["advantage"] for s in group["samples"]) == pytest.approx(0.0, abs=1e-3)
+        for sample in group["samples"]:
+            assert len(sample["tokens"]) == len(sample["logprob"]) == len(sample["clipped"])
+            assert len(sample["reference_logprob"]) == len(sample["tokens"])  # --kl-beta > 0
+            assert all(lp <= 0 for lp in sample["logprob"]) and sample["correct"] == (sample["reward"] >= 1)
     results = rl_evaluation.main(rl_evaluation.Config(checkpoint_path=policy.path, max_problems=2, max_new_tokens=6,
                                                       output_dir=tmp_path / "eval"))
     assert results.num_problems == 2 and results.metrics["samples_per_problem"] == 4

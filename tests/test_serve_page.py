@@ -177,6 +177,28 @@ def test_the_compare_view_shows_every_served_models_greedy_answer_side_by_side(p
 
 
 @pytest.mark.slow
+def test_a_click_on_a_token_in_the_compare_view_shows_its_probability_under_every_served_model(page, client):
+    """Teacher-forced on the same prefix: the model that wrote the token gives it its own probability back."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page.find_element(By.ID, "compare").click()
+    send(page, "hello", done=3)
+    column = page.find_element(By.CSS_SELECTOR, f'.turn.compare .turn.assistant.done[data-model="{DPO}"]')
+    token = column.find_elements(By.CSS_SELECTOR, ".tok")[2]
+    token.click()
+    table = WebDriverWait(page, 120).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, '.turn.compare table.stages[data-done="1"]'))
+    rows = table.find_elements(By.CSS_SELECTOR, "tr[data-model]")
+    assert [r.get_attribute("data-model") for r in rows] == [BASE, DPO, RL]
+    own = float(table.find_element(By.CSS_SELECTOR, f'tr[data-model="{DPO}"] td[data-logprob]')
+                .get_attribute("data-logprob"))
+    assert abs(own - float(token.get_attribute("data-logprob"))) < TOLERANCE
+    for row in rows:  # every model answered: a probability, or below the last of its top 20
+        assert "%" in row.find_elements(By.TAG_NAME, "td")[1].text, row.text
+
+
+@pytest.mark.slow
 def test_continue_final_message_needs_a_final_assistant_message(client):
     with pytest.raises(openai.BadRequestError, match="continue_final_message"):
         client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=2,

@@ -6,7 +6,10 @@ The page (the template `browse.html` beside this module, with the data embedded 
 network, opened from disk) draws the lineage graph, one node per artifact folder under RUNS and one
 edge per recorded input, in layers: an artifact one layer below the deepest of its inputs. Selecting a
 node shows its type, digest, producer, config, typed fields, metrics, the curves of its metrics log
-(`metrics_path`, or a metrics.jsonl in its folder: what training steps write) and the report card of
+(`metrics_path`, or a metrics.jsonl in its folder: what training steps write), what its training did
+(`watch_path`, or a watch.jsonl in its folder, as `nemotron.training.watch` writes it: a step slider over
+GRPO's groups with each sample's tokens shaded by log-probability, DPO's probe pairs' log-ratios and how
+many flipped, the per-token loss of held-out texts at each validation) and the report card of
 its run (`report/report.md` in its folder or a folder above it, up to RUNS). Selecting two (tick
 "compare", or shift-click) shows `python -m nemotron.artifact diff` of the two, computed here for every
 pair by `nemotron.artifact.diff`. `runs.html#<node>` opens with a node selected, `#<node>|<node>` with
@@ -50,6 +53,7 @@ def page_data(runs: Path) -> dict[str, Any]:
             "fields": {k: v for k, v in data.items() if k not in BASE_KEYS},
             "files": catalog.get(path).files, "inputs": inputs,
             "curves": curves(metrics_log(path, data)),
+            "watch": watch_records(path, data),
             "report": str(report.relative_to(runs)) if report is not None else None,
         })
     place(nodes)
@@ -110,6 +114,23 @@ def curves(log: Path | None) -> dict[str, list[list[float]]]:
         stride = -(-len(points) // MAX_POINTS)
         thinned[key] = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
     return thinned
+
+
+def watch_records(folder: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a training step kept of what it did (`nemotron.training.watch`): the records of its `watch_path`
+    field, else of a watch.jsonl in its folder; none for other artifacts. A line cut short is left out."""
+    records = []
+    for candidate in (data.get("watch_path"), folder / "watch.jsonl"):
+        if candidate and Path(candidate).is_file():
+            for line in Path(candidate).read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a killed run
+                if isinstance(record, dict) and isinstance(record.get("step"), int) and "kind" in record:
+                    records.append(record)
+            break
+    return records
 
 
 def report_card(folder: Path, runs: Path) -> Path | None:

@@ -18,6 +18,9 @@ from nemotron.artifact import Artifact, ArtifactPath
 class ModelCheckpoint(Artifact):
     model_dir: ArtifactPath  # final Hugging Face folder: weights + config + tokenizer (with chat template)
     metrics_path: ArtifactPath  # metrics.jsonl: step, loss, lr, grad_norm, val_loss, ... (no wall-clock values)
+    # watch.jsonl: what the steps did (samples, probe pairs, per-token losses: nemotron.training.watch);
+    # None in artifacts saved before it was kept
+    watch_path: ArtifactPath | None = None
     training_loss: float  # final smoothed training loss
     validation_loss: float | None  # the last validation loss, if the run measured one
     steps: int = Field(gt=0)

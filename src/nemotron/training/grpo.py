@@ -79,10 +79,16 @@ def policy_loss(
     if ref_logprobs is not None and kl_beta:
         delta = ref_logprobs - logprobs
         kl = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens_per_rank
-    clipped = (((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).to(mask.dtype) * mask).sum() / tokens_per_rank
+    clipped = (clipped_tokens(logprobs, old_logprobs, clip_eps).to(mask.dtype) * mask).sum() / tokens_per_rank
     parts = torch.stack([policy.detach(), kl.detach(), clipped.detach()]).cpu()
     means = (sum_over_ranks(parts) / world_size()).tolist()
     return PolicyLossParts(policy + kl_beta * kl, *means)
+
+
+def clipped_tokens(logprobs: torch.Tensor, old_logprobs: torch.Tensor, clip_eps: float) -> torch.Tensor:
+    """(batch, tokens) bool: where the ratio pi / pi_old left [1 - eps, 1 + eps], so PPO's clip acted."""
+    ratio = torch.exp(logprobs.detach() - old_logprobs.detach())
+    return (ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from nemotron.progress import progress_bar
 class MetricsLog:
     """Append-only JSONL metrics, one line per step, mirrored to the lineage tracker."""
 
-    def __init__(self, path: Path | str, resume_step: int | None = None) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path | str, resume_step: int | None = None, *, mirror: bool = True) -> None:
+        self.path, self.mirror = Path(path), mirror  # mirror: to the tracker too (not for watch.jsonl's records)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             # A fresh run owns its log: start empty rather than mixing two runs' curves.
@@ -45,6 +45,8 @@ class MetricsLog:
         record = {"step": int(step), **{name: _plain(value) for name, value in metrics.items()}}
         with open(self.path, "a", encoding="utf-8") as stream:
             stream.write(json.dumps(record) + "\n")
+        if not self.mirror:
+            return
         # Imported here, not at the top: the tracker module is optional for code that only plots logs.
         from nemotron.trackers import get_lineage_tracker
 

@@ -28,6 +28,8 @@ The output folder of a run (`config.output_dir`):
     checkpoints/step_000020/   checkpoints (nemotron.training.checkpoint), kept for resume
     model/                     the final Hugging Face folder: weights, config, tokenizer
     metrics.jsonl              per-step numbers (nemotron.training.metrics)
+    watch.jsonl                what the steps did: samples, probe pairs, per-token losses (`keep`,
+                               nemotron.training.watch)
     metadata.json              the artifact, written last; absent while the run is unfinished
 
 Resume is safe by construction: every checkpoint stores the run's identity (`run_settings(config)`:
@@ -68,6 +70,7 @@ from nemotron.training.distributed import barrier, cleanup, setup_distributed, s
 from nemotron.training.memory import check_trainable_here, keep_freed_memory
 from nemotron.training.metrics import MetricsLog, TrainingProgress
 from nemotron.training.optim import wsd_decay_steps
+from nemotron.training.watch import WATCH_FILE
 
 A = TypeVar("A", bound=Artifact)
 
@@ -116,6 +119,8 @@ class TrainingRun:
         self.out = Path(config.output_dir)
         if steps < 1:
             raise NemotronError(f"--steps {steps} must be at least 1")
+        if getattr(config, "watch_every", 1) < 1:  # the steps that keep records every N steps (GRPO, DPO)
+            raise NemotronError(f"--watch-every {config.watch_every} must be at least 1 (1: keep every step)")
         # --- compute: processes, threads, seeds ---
         self.info = setup_distributed(config.device)
         seed_everything(config.seed)
@@ -129,6 +134,7 @@ class TrainingRun:
         self.started = time.perf_counter()  # after the inputs: in a pipe, loading waits for the previous step
         self._parts: tuple | None = None
         self._log: MetricsLog | None = None
+        self._watch: MetricsLog | None = None
         self._progress: TrainingProgress | None = None
         self._resumed_from, self._loop_started, self._loop_tokens = 0, 0.0, 0
         self._compute_note = ""
@@ -201,6 +207,8 @@ class TrainingRun:
                 print(f"{self.name}: {self._compute_note}", file=sys.stderr)
             mark_unfinished(self.out)  # until this run completes, the folder holds no artifact
             self._log = MetricsLog(self.out / "metrics.jsonl", resume_step=self.state.step if latest else None)
+            self._watch = MetricsLog(self.out / WATCH_FILE, resume_step=self.state.step if latest else None,
+                                     mirror=False)
             if self.state.step >= self.steps:
                 print(f"{self.name}: already finished: nothing to train ({self.state.step} of {self.steps} steps "
                       f"are in {self.out}); saving its model and artifact again", file=sys.stderr)
@@ -229,6 +237,12 @@ class TrainingRun:
                       **extra, **(validation or {})}
             self._log.log(step, record)
             self._progress.update(1, tokens, state.smoothed_loss)
+
+    def keep(self, step: int, kind: str, **record: Any) -> None:
+        """Keep what step `step` did (JSON values) as one `kind` line of watch.jsonl, on rank 0 only
+        (nemotron.training.watch says what each kind holds)."""
+        if self.is_main:
+            self._watch.log(step, {"kind": kind, **record})
 
     def patience_ends_run(self, step: int, validation: dict[str, float] | None) -> int | None:
         """Early stopping (`--patience P`), called by the step's loop after `record`: after P validations in a
@@ -299,6 +313,7 @@ class TrainingRun:
                 inputs=self.inputs,
                 model_dir=self.out / "model",
                 metrics_path=self.out / "metrics.jsonl",
+                watch_path=self.out / WATCH_FILE,
                 training_loss=state.smoothed_loss,
                 validation_loss=state.validation.get("val_loss"),
                 steps=self.steps,

@@ -5,7 +5,8 @@ training split is predicted from the tokens before it; the loss is the mean cros
 
 Input: a `PretrainDataset` (`--dataset-path`, `--dataset-artifact`, or stdin). Output: a
 `PretrainCheckpoint` (`model/` loads with AutoModelForCausalLM and AutoTokenizer alone,
-`metrics.jsonl`, `checkpoints/step_*` for resume).
+`metrics.jsonl`, `checkpoints/step_*` for resume; `watch.jsonl`, at each validation, the per-token loss of
+a few held-out windows: `nemotron.training.watch`'s HELDOUT_TEXTS x HELDOUT_TOKENS tokens).
 
     python -m nemotron.recipes.nano2.stage0_pretrain.training --scale tiny --dataset-path runs/.../data_curation
     python -m nemotron.recipes.nano2.stage0_pretrain.data_curation \\
@@ -80,6 +81,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.memory import check_trainable_here
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
+    from nemotron.training.watch import heldout_windows, token_losses
     from nemotron.training.windows import pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains instead of this loop ---
@@ -124,6 +126,7 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
     train, valid, valid_ids = pretraining_windows(
         dataset, seq_len, config.micro_batch_size, config.grad_accum_steps, config.eval_batches, config.seed,
         training.info.rank, training.info.world_size)
+    heldout = heldout_windows(valid)  # a few fixed held-out windows, their per-token loss kept at each validation
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, train, tokenizer)
@@ -158,6 +161,8 @@ def main(config: Config) -> PretrainCheckpoint | MegatronBridgeRun:
         validation = None
         if training.is_due(step, config.eval_every):
             validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
+            if training.is_main:  # the held-out texts' per-token loss, kept for the browser (watch.jsonl)
+                training.keep(step, "tokens", texts=token_losses(model, heldout, tokenizer, autocast))
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
                         tokens=train.tokens_per_batch, validation=validation)
         training.checkpoint_if_due(step)

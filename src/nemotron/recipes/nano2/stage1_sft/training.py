@@ -6,7 +6,8 @@ should learn to speak: assistant tokens and their `<|im_end|>` (the mask made by
 Inputs: an `SFTDataset` (`--dataset-path`, `--dataset-artifact`, or stdin) and the stage-0
 `PretrainCheckpoint` (`--checkpoint-path`, `--checkpoint-artifact`, stdin, or else the one recorded in
 the dataset's lineage). Output: an `SFTCheckpoint` (`model/` loads with AutoModelForCausalLM and
-AutoTokenizer alone, `metrics.jsonl`, `checkpoints/step_*` for resume).
+AutoTokenizer alone, `metrics.jsonl`, `checkpoints/step_*` for resume; `watch.jsonl`, at each validation, the
+per-token loss of a few held-out chats: `nemotron.training.watch`'s HELDOUT_TEXTS x HELDOUT_TOKENS tokens).
 
     python -m nemotron.recipes.nano2.stage1_sft.training --scale tiny --dataset-path runs/.../data_curation
     python -m nemotron.recipes.nano2.stage1_sft.data_curation | python -m nemotron.recipes.nano2.stage1_sft.training
@@ -102,6 +103,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     )
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler, planned_steps
+    from nemotron.training.watch import heldout_chats, token_losses
 
     # --- inputs: the dataset and the model it starts from, checked against each other ---
     dataset = SFTDataset.load_input(config, "dataset")
@@ -141,6 +143,7 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
     batches = EpochSampler(train_rows, config.micro_batch_size, config.grad_accum_steps, config.seed, rank, world_size)
     collate = collate_packed if config.layout == "packed" else collate_per_conversation
     pad_id = tokenizer.pad_token_id
+    heldout = heldout_chats(valid_rows)  # a few fixed held-out chats, their per-token loss kept at each validation
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
@@ -181,6 +184,8 @@ def main(config: Config) -> SFTCheckpoint | MegatronBridgeRun:
             loss_per_token = validation_loss(model, valid_rows, pad_id, collate, rank=rank, world_size=world_size,
                                              autocast=autocast)
             validation = {"val_loss": loss_per_token}
+            if training.is_main:  # the held-out texts' per-token loss, kept for the browser (watch.jsonl)
+                training.keep(step, "tokens", texts=token_losses(model, heldout, tokenizer, autocast))
         step_tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm.item(),
                         tokens=step_tokens, validation=validation)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nemotron.artifact.fields import bookkeeping
 from nemotron.cli import run
 from nemotron.errors import NemotronError
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PreferenceDataset, SFTCheckpoint
@@ -76,6 +77,10 @@ class Config(ContinuedTrainingSettings):
     lr: float = 5e-5
     # No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises.
     weight_decay: float = 0.0
+    watch_every: int = bookkeeping(10)
+    """Every this many steps and at the last, keep in watch.jsonl each probe pair's chosen and rejected log-ratio
+    and implicit reward (four numbers a pair; nemotron.training.watch.PROBE_PAIRS training pairs and as many
+    held-out ones), measured by a no-gradient pass over the probes."""
     reference_batch_size: int = 32
     """Sequences per forward pass of the one-time reference pass and of validation."""
     output_dir: Path = Path("runs/nano2/stage2_alignment/training")
@@ -110,6 +115,7 @@ def main(config: Config) -> DPOCheckpoint:
     from nemotron.training.optim import adamw_with_schedule, anneal
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler, planned_steps
+    from nemotron.training.watch import DPOProbes
 
     # --- inputs: the tokenized pairs and the SFT model, checked against each other ---
     if config.hands_off:
@@ -163,6 +169,10 @@ def main(config: Config) -> DPOCheckpoint:
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
+    # a few fixed pairs followed step by step (rank 0 keeps them in watch.jsonl, for the browser)
+    probes = DPOProbes(train, valid, reference, tokenizer, config.beta)
+    if state.step == 0:
+        training.keep(0, "dpo_probes", pairs=probes.pairs)
     for step in range(state.step + 1, training.steps + 1):  # the planned steps, or where --patience ended a run
         micro_batches = batches.next_step()  # this rank's micro-batches: lists of pair indices
         # The loss is the mean over the pairs of the global batch: each micro-batch's mean weighs its pairs x
@@ -212,6 +222,9 @@ def main(config: Config) -> DPOCheckpoint:
             with autocast:
                 validation = dpo_validation(model, valid, reference["valid"], config.beta, config.loss_variant,
                                             config.label_smoothing, config.reference_batch_size)
+        if training.is_main and training.is_due(step, config.watch_every):  # the probe pairs, as validation: rank 0
+            with autocast:
+                training.keep(step, "dpo", pairs=probes.record(model))
         tokens = round(sum_over_ranks(step_tokens))
         training.record(step, **numbers, lr=lr, grad_norm=grad_norm.item(), tokens=tokens, validation=validation)
         if (last := training.patience_ends_run(step, validation)) is not None:  # --patience: end the run early,

@@ -13,7 +13,9 @@ the MoE run's steps times `DENSE_STEPS_PER_MOE_STEP` (1: the same tokens), and t
 reports both models' held-out bits per byte and measured training time side by side.
 
 Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-path`, or stdin). Output: a
-`Nano3PretrainCheckpoint` (its metrics.jsonl also logs the routing, per step: see `training.record`).
+`Nano3PretrainCheckpoint` (its metrics.jsonl also logs the routing, per step: see `training.record`; its
+watch.jsonl, at each validation, the per-token loss of `nemotron.training.watch`'s HELDOUT_TEXTS held-out windows
+of HELDOUT_TOKENS tokens).
 
     python -m nemotron.recipes.nano3.stage0_pretrain.training --dataset-path runs/nano3/stage0_pretrain/data_curation
     python -m nemotron.recipes.nano3.stage0_pretrain.training --dense --dataset-path ...
@@ -87,6 +89,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule, optimizer_step
     from nemotron.training.run import TrainingRun
+    from nemotron.training.watch import heldout_windows, token_losses
     from nemotron.training.windows import pretraining_backward, pretraining_windows, windows_loss
 
     # --- inputs; at scale, a GPU cluster trains the MoE model instead of this loop ---
@@ -137,6 +140,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
     train, valid, valid_ids = pretraining_windows(
         dataset, seq_len, config.micro_batch_size, config.grad_accum_steps, config.eval_batches, config.seed,
         training.info.rank, training.info.world_size)
+    heldout = heldout_windows(valid)  # a few fixed held-out windows, their per-token loss kept at each validation
 
     # --- training loop (resumes from the newest checkpoint of the output folder, if any) ---
     state = training.resume(model, optimizer, scheduler, train, tokenizer)
@@ -152,6 +156,8 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
         validation = None
         if training.is_due(step, config.eval_every):
             validation = {"val_loss": windows_loss(model, valid, valid_ids, config.micro_batch_size, autocast)}
+            if training.is_main:  # the held-out texts' per-token loss, kept for the browser (watch.jsonl)
+                training.keep(step, "tokens", texts=token_losses(model, heldout, tokenizer, autocast))
         # The routing, per step, for the reader to watch it settle: `aux_loss` (per MoE layer, before the
         # coefficient: 1.0 is perfect balance), `expert_load` (per layer, each expert's share of routed slots)
         # and `max_load` (the busiest expert's share over the even share, 1.0 = even).

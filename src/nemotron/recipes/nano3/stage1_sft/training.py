@@ -8,7 +8,9 @@ Which tokens are trained (the reasoning, the answer, `<|im_end|>`) was decided a
 only reads the masks.
 
 Input: a `Nano3SFTDataset` (`--dataset-path`, or stdin) and the MoE `Nano3PretrainCheckpoint` it was
-made from (its recorded input, or `--checkpoint-path`). Output: a `Nano3SFTCheckpoint`.
+made from (its recorded input, or `--checkpoint-path`). Output: a `Nano3SFTCheckpoint`
+(its watch.jsonl, at each validation, the per-token loss of `nemotron.training.watch`'s HELDOUT_TEXTS held-out
+chats of at most HELDOUT_TOKENS tokens).
 
     python -m nemotron.recipes.nano3.stage1_sft.training --dataset-path runs/nano3/stage1_sft/data_curation
 
@@ -102,6 +104,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     from nemotron.training.packed_batches import collate_packed, sft_backward, validation_loss
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler, planned_steps
+    from nemotron.training.watch import heldout_chats, token_losses
 
     # --- inputs: the dataset and the MoE model it was made from ---
     dataset = Nano3SFTDataset.load_input(config, "dataset")
@@ -141,6 +144,7 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
     batches = EpochSampler(train_rows, config.micro_batch_size, config.grad_accum_steps, config.seed,
                            training.info.rank, training.info.world_size)
     pad_id = tokenizer.pad_token_id
+    heldout = heldout_chats(valid_rows)  # a few fixed held-out chats, their per-token loss kept at each validation
 
     # --- training loop ---
     state = training.resume(model, optimizer, scheduler, batches, tokenizer)
@@ -162,6 +166,8 @@ def main(config: Config) -> Nano3SFTCheckpoint | MegatronBridgeRun:
             validation = {"val_loss": validation_loss(model, valid_rows, pad_id, collate_packed,
                                                       rank=training.info.rank, world_size=training.info.world_size,
                                                       autocast=autocast)}
+            if training.is_main:  # the held-out texts' per-token loss, kept for the browser (watch.jsonl)
+                training.keep(step, "tokens", texts=token_losses(model, heldout, tokenizer, autocast))
         tokens = round(sum_over_ranks(sum(b.num_tokens for b in micro_batches)))
         training.record(step, loss=all_reduce_mean(step_loss).item(), lr=lr, grad_norm=grad_norm, tokens=tokens,
                         validation=validation, **balance.log())

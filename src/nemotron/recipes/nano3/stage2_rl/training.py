@@ -84,6 +84,11 @@ class Config(TrainingSettings, OptimizerSettings):
     dataset_path: Path | None = None
     """The Nano3RLDataset (stage-2 data_curation) whose prompts GRPO samples; default: the SFT dataset's
     training problems, the same prompts in the same order."""
+    watch_every: int = bookkeeping(1)
+    """Every this many steps and at the last, keep in watch.jsonl each group this process sampled (rank 0's: all of
+    them on one process): the prompt; per sample its text, tokens, reward, verdict and advantage; per token its
+    log-prob under the policy (and the reference with --kl-beta) and whether its ratio was clipped. A kept step
+    holds at most --completions-per-step x --max-new-tokens tokens (16 x 96 by default)."""
     eval_every: int = bookkeeping(10)
     """Unused by this step (the held-out numbers are stage-2 evaluation's); kept for the shared settings."""
     checkpoint_every: int = bookkeeping(10)
@@ -104,11 +109,19 @@ def main(config: Config) -> Nano3RLCheckpoint:
     from nemotron.models.loading import load_model
     from nemotron.models.mamba2 import use_training_scan
     from nemotron.training.distributed import all_reduce_mean, sum_over_ranks
-    from nemotron.training.grpo import check_group_size, group_advantages, policy_loss, sample_groups, sampled_logprobs
+    from nemotron.training.grpo import (
+        check_group_size,
+        clipped_tokens,
+        group_advantages,
+        policy_loss,
+        sample_groups,
+        sampled_logprobs,
+    )
     from nemotron.training.moe import ExpertBalance
     from nemotron.training.optim import adamw_with_schedule
     from nemotron.training.run import TrainingRun
     from nemotron.training.samplers import EpochSampler
+    from nemotron.training.watch import grpo_groups
 
     # --- inputs and refusals, before any work ---
     if config.hands_off:
@@ -192,6 +205,10 @@ def main(config: Config) -> Nano3RLCheckpoint:
                         informative_groups=all_reduce_mean(informative).item(), kl=parts.kl, clipped=parts.clipped,
                         generation_seconds=generation_seconds, update_seconds=time.perf_counter() - started -
                         generation_seconds, **balance.log())
+        if training.is_main and training.is_due(step, config.watch_every):  # what it sampled and scored (browser)
+            training.keep(step, "grpo", groups=grpo_groups(
+                tokenizer, [p["question"] for p in batch], [str(p["answer"]) for p in batch], completions, rewards,
+                advantages, logprobs, clipped_tokens(logprobs, old, config.clip_eps), ref, [len(p) for p in repeated]))
         training.checkpoint_if_due(step)
 
     return training.finish(Nano3RLCheckpoint, metrics={"group_size": config.group_size})
