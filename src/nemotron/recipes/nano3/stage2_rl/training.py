@@ -158,6 +158,9 @@ def main(config: Config) -> Nano3RLCheckpoint:
 
     # --- training loop ---
     state = training.resume(policy, optimizer, scheduler, questions, tokenizer)
+    # Wall time of the two halves of a step, summed over this process's steps: reported with the run's metrics,
+    # not per step in metrics.jsonl, whose bytes the digest covers (a timing there made every run's digest new).
+    seconds = {"generation_seconds": 0.0, "update_seconds": 0.0}
     for step in range(state.step + 1, steps + 1):
         # 1. generation: a group of completions per question, sampled with a per-step seed
         started = time.perf_counter()
@@ -166,7 +169,8 @@ def main(config: Config) -> Nano3RLCheckpoint:
         completions = sample_groups(policy, prompts, config.group_size, config.max_new_tokens, config.temperature,
                                     IM_END_ID, tokenizer.pad_token_id, seed=config.seed * 1_000_003 + step * 101 +
                                     training.info.rank)
-        generation_seconds = time.perf_counter() - started
+        generated = time.perf_counter()
+        seconds["generation_seconds"] += generated - started
         # 2. reward from the checker; 3. advantages within each group
         texts = [tokenizer.decode([t for t in c if t != IM_END_ID]) for c in completions]
         answers = [p["answer"] for p in batch for _ in range(config.group_size)]
@@ -203,15 +207,15 @@ def main(config: Config) -> Nano3RLCheckpoint:
                         tokens=round(sum_over_ranks(float(mask.sum()))), reward=all_reduce_mean(rewards.mean()).item(),
                         correct=all_reduce_mean(correct).item(),
                         informative_groups=all_reduce_mean(informative).item(), kl=parts.kl, clipped=parts.clipped,
-                        generation_seconds=generation_seconds, update_seconds=time.perf_counter() - started -
-                        generation_seconds, **balance.log())
+                        **balance.log())
+        seconds["update_seconds"] += time.perf_counter() - generated
         if training.is_main and training.is_due(step, config.watch_every):  # what it sampled and scored (browser)
             training.keep(step, "grpo", groups=grpo_groups(
                 tokenizer, [p["question"] for p in batch], [str(p["answer"]) for p in batch], completions, rewards,
                 advantages, logprobs, clipped_tokens(logprobs, old, config.clip_eps), ref, [len(p) for p in repeated]))
         training.checkpoint_if_due(step)
 
-    return training.finish(Nano3RLCheckpoint, metrics={"group_size": config.group_size})
+    return training.finish(Nano3RLCheckpoint, metrics={"group_size": config.group_size, **seconds})
 
 
 def import_reward(spec: str):
