@@ -8,8 +8,8 @@ one is covered without touching this file) and must:
 - in `--quick`, exit 0 and end its stdout with the figure it measures (a line holding a number).
 No timings are asserted: on a shared machine they measure the neighbours.
 
-The quick runs (587 s for all 34 scripts on an idle 2-core Intel Xeon on 2026-12-07; pytest's
-`--durations` lists each) are marked `bench`: `make bench-check` runs them and `.ci/run` runs it after `make test`, so no benchmark lands
+The quick runs (`make bench-check`, the 31 scripts and 3 other tests marked bench: 587 s on an idle 2-core
+Intel Xeon on 2026-12-07; pytest's `--durations` lists each) are marked `bench`: `make bench-check` runs them and `.ci/run` runs it after `make test`, so no benchmark lands
 broken, while `make test` stays a suite a contributor runs before every commit. The static checks above
 them run in every tier.
 """
