@@ -9,10 +9,9 @@ one is covered without touching this file) and must:
 No timings are asserted: on a shared machine they measure the neighbours.
 
 The quick runs (`make bench-check`, the 31 scripts and 3 other tests marked bench: 587 s on an idle 2-core
-Intel Xeon on 2026-12-07; pytest's `--durations` lists each) are marked `bench`: `make bench-check` runs them and `.ci/run` runs it after `make test`, so no benchmark lands
-broken, while `make test` stays a suite a contributor runs before every commit. The static checks above
-them run in every tier.
-"""
+Intel Xeon on 2026-12-07; pytest's `--durations` lists each) are marked `bench`: `make bench-check` runs them
+and `.ci/run` runs it after `make test`, so no benchmark lands broken, while `make test` stays a suite a
+contributor runs before every commit. The static checks above them run in every tier."""
 
 from __future__ import annotations
 
