@@ -49,7 +49,7 @@ from nemotron.artifact import SCALES, Artifact, print_complete
 from nemotron.artifact.fields import recorded
 from nemotron.artifact.lock import hold_output_dir
 from nemotron.artifact.provenance import set_step_config
-from nemotron.errors import EXIT_BAD_INPUT, NemotronError, print_error
+from nemotron.errors import EXIT_BAD_INPUT, NemotronError, one_line, print_error
 from nemotron.progress import plain_stderr
 from nemotron.trackers import get_lineage_tracker
 
@@ -149,12 +149,17 @@ AT_END: list[Callable[[], None]] = []
 
 @contextlib.contextmanager
 def one_line_errors(interrupted: str = "interrupted") -> Iterator[None]:
-    """A `NemotronError` inside: `error: <its line>` on stderr and exit status 2; Ctrl-C: `error: <interrupted>`
-    and exit status 130. No traceback either way."""
+    """An error users see inside (a `NemotronError`, or the read of a file an artifact recorded missing:
+    `errors.one_line` decides, as for a bare `tyro.cli(main)` step): `error: <its line>` on stderr and exit
+    status 2; Ctrl-C: `error: <interrupted>` and exit status 130. No traceback either way; any other error
+    keeps its own."""
     try:
         yield
-    except NemotronError as e:
-        print_error(str(e))
+    except Exception as e:
+        line = one_line(e)
+        if line is None:
+            raise
+        print_error(line)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         print_error(interrupted)
