@@ -54,12 +54,14 @@ def main() -> None:
     if run is None or not (run / "stage2_alignment" / "data_curation" / "metadata.json").exists():
         raise SystemExit("error: --run must be a finished nano2 run folder (python -m nemotron.recipes.nano2 "
                          "--scale tiny --output-dir runs/nano2 makes one)")
+    # the run's own seed (the order DPO visits the pairs in), so the default variant is the recipe's DPO step
+    seed = json.loads((run / "stage2_alignment" / "data_curation" / "metadata.json").read_text())["seed"]
     rows = []
     for index, (name, flags) in enumerate(variants):
         out = root / f"variant_{index}"
         step("nemotron.recipes.nano2.stage2_alignment.training", out / "training", "--dataset-path",
              str(run / "stage2_alignment" / "data_curation"), "--checkpoint-path", str(run / "stage1_sft" / "training"),
-             *flags, *extra)
+             "--seed", str(seed), *flags, *extra)
         metrics = step("nemotron.recipes.nano2.stage2_alignment.evaluation", out / "evaluation", "--checkpoint-path",
                        str(out / "training"))["metrics"]
         lesson = metrics["lesson"]
@@ -74,7 +76,6 @@ def main() -> None:
               f"({row['gain']:+.3f} ± {row['standard_error']:.3f}), near miss {row['sft']['p_near_miss']:.3f} -> "
               f"{row['p_near_miss']:.3f}, greedy {row['greedy']:.3f}, chat NLL {row['chat_nll']:.3f}", file=sys.stderr)
     if args.json is not None:
-        seed = json.loads((run / "stage2_alignment" / "data_curation" / "metadata.json").read_text())["seed"]
         args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "seed": seed, "variants": rows},
                                         indent=1) + "\n")
     default = rows[0]
