@@ -4,9 +4,11 @@
 Parameter objects, so tied weights stay tied and `state_dict` keeps its keys), laid out as the transpose
 of a contiguous matrix. `F.linear(x, W)` computes x @ W.T; with W column-major, W.T is an ordinary
 contiguous matrix, and MKL's sgemm multiplies the decode step's few rows by it without the transposed
-code path, which is slow for 4-16 rows. Measured on the 2-core Xeon (CPU time of one SmolLM2 decode step,
-docs/performance.md): 8 rows 155 -> 108 ms, 4 rows 89 -> 78 ms, 1 row and 16 rows unchanged. The products
-are the same up to float rounding (a different summation order: ~1e-5 on the log-probs).
+code path, uneven and often slow for 2-16 rows. Measured on the 2-core Xeon (CPU time of one SmolLM2 decode
+step, docs/performance.md): 4 rows 86-89 -> 74-78 ms, 7 rows 109 -> 86, 8 rows 115-155 -> 108-111, 12 rows
+161 -> 107, 16 rows 131-132 -> 121-128, 1 row unchanged; bench_serve's 4 and 16 clients 2.34x -> 2.87x and
+4.67x -> 5.19x sequential. The products are the same up to float rounding (another summation order: ~1e-5
+on the log-probs).
 
 On a GPU (cuBLAS reads either layout at the same speed) the model is left as it is.
 """
