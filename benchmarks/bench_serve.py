@@ -5,7 +5,9 @@ streamed chat requests through the official `openai` client: first 16 one after 
 measured in the same run: the first n of them are "the same n requests one after another"), then 1, 4, 8 and 16
 clients at once. Per level: aggregate tokens/s (the server's `usage`, from `stream_options.include_usage`) over
 the wall time, its ratio to the sequential baseline's, the median time to first token (request sent -> first
-text delta) and whether every stream ended properly (a finish_reason, then `[DONE]`). Then the head-of-line
+text delta), whether every stream ended properly (a finish_reason, then `[DONE]`), and the server's CPU time
+per token one after another over its CPU time per token at that level (from Linux's /proc: about the ratio an
+idle machine would show, where wall time on a shared machine measures the neighbours too). Then the head-of-line
 case: a 2-token completion alone, and sent while a 200-token one decodes (target: within twice its alone time
 or 1 s, whichever is larger). Goals on the 2-core machine (issue 61): 8 clients >= 3.5x sequential, 16 >= 5x.
 The load average is printed beside the figures: on a shared machine they measure the neighbours too.
@@ -80,12 +82,28 @@ def one_client(client, model: str, question: str, max_tokens: int) -> dict:
             "tokens": usage.completion_tokens if usage else 0, "complete": finish is not None and usage is not None}
 
 
-def sequential(client, model: str, count: int, max_tokens: int) -> list[dict]:
-    return [one_client(client, model, QUESTIONS[i % len(QUESTIONS)], max_tokens) for i in range(count)]
+def server_cpu(server: subprocess.Popen) -> float | None:
+    """CPU seconds the server process has used so far (user + system, all its threads; Linux's /proc), else None."""
+    try:
+        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def concurrent(client, model: str, count: int, max_tokens: int) -> dict:
+def sequential(client, model: str, count: int, max_tokens: int, server: subprocess.Popen) -> list[dict]:
+    results = []
+    for i in range(count):
+        before = server_cpu(server)
+        results.append(one_client(client, model, QUESTIONS[i % len(QUESTIONS)], max_tokens))
+        after = server_cpu(server)
+        results[-1]["server_cpu_s"] = None if before is None or after is None else after - before
+    return results
+
+
+def concurrent(client, model: str, count: int, max_tokens: int, server: subprocess.Popen) -> dict:
     results: list[dict] = [{}] * count
+    cpu_before = server_cpu(server)
 
     def work(i: int) -> None:
         results[i] = one_client(client, model, QUESTIONS[i % len(QUESTIONS)], max_tokens)
@@ -97,8 +115,10 @@ def concurrent(client, model: str, count: int, max_tokens: int) -> dict:
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    cpu_after = server_cpu(server)
     return {"clients": count, "wall_s": wall, "complete": sum(r["complete"] for r in results),
-            "tokens_per_s": sum(r["tokens"] for r in results) / wall,
+            "server_cpu_s": None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
+            "tokens": sum(r["tokens"] for r in results), "tokens_per_s": sum(r["tokens"] for r in results) / wall,
             "median_ttft_s": statistics.median(r["ttft_s"] for r in results)}
 
 
@@ -128,12 +148,18 @@ def measure(model: str, levels: list[int], max_tokens: int, long_tokens: int, de
         entry = client.models.list().data[0]
         name, cache = entry.id, entry.model_extra["nemotron"]["cache"]
         one_client(client, name, QUESTIONS[0], 2)  # warm-up: first-call costs are not part of any figure
-        alone = sequential(client, name, max(levels), max_tokens)
+        alone = sequential(client, name, max(levels), max_tokens, server)
         runs = []
         for count in levels:
-            run = concurrent(client, name, count, max_tokens)
+            run = concurrent(client, name, count, max_tokens, server)
             first = alone[:count]  # the same requests, one after another
-            run["sequential_tokens_per_s"] = sum(r["tokens"] for r in first) / sum(r["seconds"] for r in first)
+            tokens = sum(r["tokens"] for r in first)
+            run["sequential_tokens_per_s"] = tokens / sum(r["seconds"] for r in first)
+            cpu = [r["server_cpu_s"] for r in first]
+            # the server's CPU time per token, one after another over all at once: about the speed-up an idle
+            # machine would show (wall time on a shared one measures the neighbours too)
+            run["cpu_over_sequential"] = (None if None in cpu or not run["server_cpu_s"] else
+                                          sum(cpu) / tokens / (run["server_cpu_s"] / run["tokens"]))
             run["sequential_median_ttft_s"] = statistics.median(r["ttft_s"] for r in first)
             run["over_sequential"] = run["tokens_per_s"] / run["sequential_tokens_per_s"]
             runs.append(run)
@@ -149,7 +175,9 @@ def report(result: dict, delay: float, long_tokens: int) -> None:
     for run in result["concurrent"]:
         print(f"  {run['clients']:>2} clients: {run['complete']}/{run['clients']} complete, {run['tokens_per_s']:6.1f} "
               f"tok/s against {run['sequential_tokens_per_s']:5.1f} one after another ({run['over_sequential']:.2f}x), "
-              f"time to first token median {run['median_ttft_s']:.2f}s (alone {run['sequential_median_ttft_s']:.2f}s)",
+              f"time to first token median {run['median_ttft_s']:.2f}s (alone {run['sequential_median_ttft_s']:.2f}s)"
+              + ("" if run["cpu_over_sequential"] is None else
+                 f"; server CPU per token, one after another over at once: {run['cpu_over_sequential']:.2f}x"),
               file=sys.stderr)
     h, cache = result["head_of_line"], result["cache"]
     rows = cache["max_batch_size"]
