@@ -342,6 +342,7 @@ def test_eight_concurrent_streaming_clients_each_get_the_whole_answer_in_shared_
 @pytest.mark.parametrize("body, message", [
     ("not json", "not JSON"),
     ({"model": "gpt-4", "messages": HELLO}, "is not served here"),
+    ({"model": ["gpt-4"], "messages": HELLO}, "Invalid type for 'model'"),
     ({"model": DPO, "messages": [{"role": "user", "content": "word " * 1100}]}, "does not fit the model's context"),
     ({"model": DPO, "messages": HELLO, "max_tokens": "many"}, "Invalid type for 'max_tokens'"),
     ({"model": DPO, "messages": "hello"}, "messages must be a non-empty list"),

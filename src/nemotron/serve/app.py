@@ -100,6 +100,9 @@ class ServedModels:
         if name is None:
             chat = [pair for pair in self.served if pair[0].format != "completion"]
             return chat[-1] if self.served[0][0].format == "completion" and chat else self.served[0]
+        if not isinstance(name, str):  # a list or an object is unhashable: a 400, not a 500
+            raise BadRequest(f"Invalid type for 'model': expected a string, but got {validation.json_type(name)} "
+                             "instead.", "model", "invalid_type")
         if name not in self.by_name:
             raise BadRequest(f"model {name!r} is not served here; this server serves {sorted(self.by_name)}",
                              "model", "model_not_found")
