@@ -32,10 +32,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from nemotron.errors import NemotronError
+from nemotron.errors import one_line
 from nemotron.serve.validation import BadRequest, number, request_body
 
-MAX_SOURCES = 1000  # occurrences named per span and dataset: enough for any tiny run's most repeated line
+MAX_SOURCES = 1000  # occurrences named per span and dataset: a bound on the answer (each carries a snippet)
 TRACE_BODY = request_body({
     "text": {"type": "string", "minLength": 1, "description": "the text to trace, e.g. a model's answer"},
     "model": {"type": "string",
@@ -43,7 +43,7 @@ TRACE_BODY = request_body({
     "min_tokens": {"type": ["integer", "null"], "minimum": 1},
     "max_sources": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_SOURCES},
 }, ["text"])
-_ONE_AT_A_TIME = threading.Lock()  # index builds write files; later lookups are sub-millisecond anyway
+_ONE_AT_A_TIME = threading.Lock()  # index builds write files; a lookup once built is quick (nemotron.trace)
 
 
 def traced_text(body: dict) -> str:
@@ -73,8 +73,11 @@ def trace(body: dict, checkpoint: str | None, name: str) -> dict:
     with _ONE_AT_A_TIME:
         try:
             result, _ = tracer_for(checkpoint).trace(text, min_tokens, max_sources)
-        except NemotronError as error:
-            raise BadRequest(f"model {name!r}: {error}", "model", "no_training_data") from None
+        except Exception as error:  # a NemotronError, or the read of a file its artifact recorded missing
+            line = one_line(error)
+            if line is None:
+                raise
+            raise BadRequest(f"model {name!r}: {line}", "model", "no_training_data") from None
     return {"object": "trace", "model": name, "checkpoint": result.pop("model"), **result}
 
 
