@@ -7,7 +7,11 @@ Starts `nemotron.serve`'s app on a free loopback port in this process (a run fol
 checkpoint), opens the page in the system's headless Chromium (apt-get install chromium chromium-driver),
 sends the `--compare` question to every served model (side by side), then each `--ask` question to
 `--model` (greedy, the page's default), waits for every answer to finish streaming, hovers token
-`--hover` of the last answer (its alternatives open) and takes the screenshot.
+`--hover` of the last answer (its alternatives open) and takes the screenshot. `--where-from MODEL` presses
+"where from" under MODEL's compare answer first (its spans marked in each served model's training data):
+
+    python scripts/screenshot_chat_page.py runs/nano2 --compare "You are immortal" --ask \
+        --where-from nano2-stage2_alignment --max-tokens 24 --size 1200,860 --output where-from.png
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ def main() -> None:
     parser.add_argument("--ask", nargs="*", default=["hello"])
     parser.add_argument("--compare", help="a question for every served model first, answers side by side")
     parser.add_argument("--model", help="the model the --ask questions go to (default: the first)")
+    parser.add_argument("--where-from", metavar="MODEL",
+                        help='press "where from" under this model\'s --compare answer, wait for every stage\'s spans')
     parser.add_argument("--hover", type=int, help="hover this token of the last answer: its alternatives show")
     parser.add_argument("--size", default="1000,720", help="the window's width,height")
     parser.add_argument("--max-tokens", type=int, default=48)
@@ -74,6 +80,10 @@ def main() -> None:
         if args.compare:
             driver.find_element(By.ID, "compare").click()
             send(args.compare, len(served))
+            if args.where_from:
+                driver.find_element(By.CSS_SELECTOR, f'.turn.compare .turn.assistant[data-model="{args.where_from}"] '
+                                                     "button.where-from").click()
+                wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '.where[data-done="1"]'))
             driver.find_element(By.ID, "compare").click()
         if args.model:
             Select(driver.find_element(By.ID, "model")).select_by_value(args.model)

@@ -342,6 +342,7 @@ def test_eight_concurrent_streaming_clients_each_get_the_whole_answer_in_shared_
 @pytest.mark.parametrize("body, message", [
     ("not json", "not JSON"),
     ({"model": "gpt-4", "messages": HELLO}, "is not served here"),
+    ({"model": ["gpt-4"], "messages": HELLO}, "Invalid type for 'model'"),
     ({"model": DPO, "messages": [{"role": "user", "content": "word " * 1100}]}, "does not fit the model's context"),
     ({"model": DPO, "messages": HELLO, "max_tokens": "many"}, "Invalid type for 'max_tokens'"),
     ({"model": DPO, "messages": "hello"}, "messages must be a non-empty list"),
@@ -357,6 +358,17 @@ def test_a_bad_request_is_one_line_400_and_the_server_serves_the_next(server, cl
     error = reply.json()["error"]["message"]
     assert message in error and "\n" not in error
     assert client.chat.completions.create(model=DPO, messages=HELLO, max_tokens=2).choices[0].finish_reason
+
+
+def test_where_from_a_checkpoint_saved_without_its_training_data_is_a_one_line_400(server):
+    """These checkpoints record no inputs (no lineage): /v1/trace says so; the real tracing is in
+    test_serve_where_from.py, on a recipe run."""
+    reply = httpx.post(f"{server.url}/trace", json={"model": DPO, "text": "I am not yet."}, timeout=60)
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "no_training_data" and error["param"] == "model"
+    assert f"model {DPO!r}" in error["message"] and "no training data in its lineage" in error["message"]
+    assert "\n" not in error["message"]
 
 
 def test_a_client_that_disconnects_mid_stream_stops_its_generation(server, client):

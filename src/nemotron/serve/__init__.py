@@ -8,5 +8,6 @@
 - `engine.py`    batched decoding with streaming, stop strings, cancellation and xgrammar structured outputs
 - `models.py`    what is served: checkpoint artifact, HF folder or SmolLM2; its own chat format
 - `reasoning.py` nano3's reasoning apart from its answer, also while the text streams
+- `where_from.py` POST /v1/trace: a text's spans in a served checkpoint's training data (`nemotron.trace`)
 - `page.html`    the chat page served at `/` (static HTML + JS, works offline)
 """

@@ -7,6 +7,9 @@
 - `POST /v1/completions`       raw prompts: a string, a list of token ids, or a list of either (one choice
                                per prompt, in order, its `index` the prompt's); base models serve only this
 - `GET  /health`               200 once loaded, with each engine's batch counters and each model's device
+- `POST /v1/trace`             not OpenAI's: the spans of a text found word for word in a served checkpoint's
+                               training data, with their sources (`nemotron.serve.where_from`; the page's
+                               "where from")
 
 Both completion endpoints take `stream: true`: server-sent events, one `data: {chunk}` line per piece
 of text and `data: [DONE]` at the end, the format the `openai` client libraries parse;
@@ -75,7 +78,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from nemotron.errors import NemotronError
-from nemotron.serve import validation
+from nemotron.serve import validation, where_from
 from nemotron.serve.engine import Engine, GenerationRequest
 from nemotron.serve.models import ServedModel
 from nemotron.serve.reasoning import ReasoningSplitter
@@ -100,6 +103,9 @@ class ServedModels:
         if name is None:
             chat = [pair for pair in self.served if pair[0].format != "completion"]
             return chat[-1] if self.served[0][0].format == "completion" and chat else self.served[0]
+        if not isinstance(name, str):  # a list or an object is unhashable: a 400, not a 500
+            raise BadRequest(f"Invalid type for 'model': expected a string, but got {validation.json_type(name)} "
+                             "instead.", "model", "invalid_type")
         if name not in self.by_name:
             raise BadRequest(f"model {name!r} is not served here; this server serves {sorted(self.by_name)}",
                              "model", "model_not_found")
@@ -156,6 +162,10 @@ def create_app(served: list[tuple[ServedModel, Engine]], seed: int = 0) -> FastA
     @app.post("/v1/completions", openapi_extra=validation.COMPLETION_BODY)
     async def completions(raw: Request):
         return await complete(await validation.read_body(raw), models)
+
+    @app.post("/v1/trace", openapi_extra=where_from.TRACE_BODY)
+    async def trace(raw: Request):
+        return await where_from.where_from(await validation.read_body(raw), models)
 
     return app
 

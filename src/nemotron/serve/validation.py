@@ -17,7 +17,7 @@ from nemotron.serve.engine import Engine, GenerationRequest
 DEFAULT_MAX_TOKENS = 512  # when a request names none: at most this, and never past the context
 
 
-def _body(properties: dict, required: list[str]) -> dict:
+def request_body(properties: dict, required: list[str]) -> dict:
     """OpenAPI `requestBody` of a JSON object: published in /openapi.json (clients, the API fuzz). Documentation
     only: the handlers read the raw body and check every field themselves (the OpenAI-worded 400s)."""
     schema = {"type": "object", "properties": properties, "required": required}
@@ -36,7 +36,7 @@ _SAMPLING = {
     "response_format": {"type": ["object", "null"], "properties": {
         "type": {"enum": ["text", "json_object", "json_schema"]}, "json_schema": {"type": "object"}}},
 }
-CHAT_BODY = _body({
+CHAT_BODY = request_body({
     **_SAMPLING, "max_completion_tokens": {"type": ["integer", "null"]},
     "messages": {"type": "array", "minItems": 1, "items": {
         "type": "object", "required": ["role", "content"], "properties": {
@@ -47,7 +47,7 @@ CHAT_BODY = _body({
     "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
     "chat_template_kwargs": {"type": ["object", "null"], "properties": {"enable_thinking": {"type": "boolean"}}},
 }, ["messages"])
-COMPLETION_BODY = _body({
+COMPLETION_BODY = request_body({
     **_SAMPLING,
     "prompt": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer", "minimum": 0}},
                          {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "array", "items": {
@@ -82,7 +82,7 @@ def message_text(content: Any, where: str) -> str:
     raise BadRequest(f"{where}.content: expected a string or a list of text parts", "messages")
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     for kind, name in ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (float, "a decimal"),
                        (list, "an array"), (dict, "an object")):
         if isinstance(value, kind):
@@ -99,7 +99,7 @@ def number(body: dict, name: str, low: float, high: float | None = None, *, inte
     kind = "integer" if integer else "decimal"
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
         raise BadRequest(f"Invalid type for '{name}': expected {'an integer' if integer else 'a decimal'}, "
-                   f"but got {_json_type(value)} instead.", name, "invalid_type")
+                   f"but got {json_type(value)} instead.", name, "invalid_type")
     if value < low or (above_low and value == low):
         raise BadRequest(f"Invalid '{name}': {kind} below minimum value. Expected a value {'>' if above_low else '>='} "
                    f"{low}, but got {value} instead.", name, f"{kind}_below_min_value")
@@ -112,7 +112,7 @@ def number(body: dict, name: str, low: float, high: float | None = None, *, inte
 def boolean(body: dict, name: str) -> bool:
     value = body.get(name)
     if value is not None and not isinstance(value, bool):
-        raise BadRequest(f"Invalid type for '{name}': expected a boolean, but got {_json_type(value)} instead.", name,
+        raise BadRequest(f"Invalid type for '{name}': expected a boolean, but got {json_type(value)} instead.", name,
                    "invalid_type")
     return bool(value)
 

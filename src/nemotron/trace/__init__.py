@@ -42,9 +42,10 @@ from nemotron.trace.corpora import training_datasets
 from nemotron.trace.index import TokenIndex, load_or_build
 from nemotron.trace.suffix_array import longest_match
 
-__all__ = ["DEFAULT_MIN_TOKENS", "Source", "Span", "Tracer", "find_spans", "tracer_for"]
+__all__ = ["DEFAULT_MAX_SOURCES", "DEFAULT_MIN_TOKENS", "Source", "Span", "Tracer", "find_spans", "tracer_for"]
 
 DEFAULT_MIN_TOKENS = 8
+DEFAULT_MAX_SOURCES = 3  # occurrences named per span in each dataset that holds it
 CONTEXT_TOKENS = 12  # tokens of context shown on each side of a span in a source's snippet
 
 
@@ -122,7 +123,26 @@ class Tracer:
                                  return_offsets_mapping=True)
         return np.asarray(encoded["input_ids"], dtype=np.int64), list(encoded["offset_mapping"])
 
-    def find_spans(self, text: str, min_tokens: int = DEFAULT_MIN_TOKENS, max_sources: int = 3) -> list[Span]:
+    def default_min_tokens(self, text: str) -> int:
+        """The shortest span reported when none is asked for: `DEFAULT_MIN_TOKENS`, or for a shorter text all
+        its tokens but one (a short answer such as "I am not yet." is traced whole, less its last token), at
+        least 2."""
+        return max(2, min(DEFAULT_MIN_TOKENS, len(self.tokenize(text)[0]) - 1))
+
+    def trace(self, text: str, min_tokens: int | None = None,
+              max_sources: int = DEFAULT_MAX_SOURCES) -> tuple[dict, list[Span]]:
+        """The spans of `text` (`min_tokens` None: `default_min_tokens`) as the JSON `python -m nemotron.trace`
+        prints and the server's /v1/trace answers: the checkpoint, the text, min_tokens, the datasets searched
+        (nearest first) and the spans with their sources; and the spans themselves."""
+        min_tokens = self.default_min_tokens(text) if min_tokens is None else min_tokens
+        spans = self.find_spans(text, min_tokens=min_tokens, max_sources=max_sources)
+        datasets = [{"path": str(index.dataset.path), "type": index.dataset.type, "digest": index.dataset.digest}
+                    for index in self.indexes]
+        return ({"model": str(self.path), "text": text, "min_tokens": min_tokens, "datasets": datasets,
+                 "spans": [span.to_dict() for span in spans]}, spans)
+
+    def find_spans(self, text: str, min_tokens: int = DEFAULT_MIN_TOKENS,
+                   max_sources: int = DEFAULT_MAX_SOURCES) -> list[Span]:
         """The maximal spans of `text`, at least `min_tokens` long, found in the training data."""
         if min_tokens < 1:
             raise NemotronError(f"min_tokens is {min_tokens}; pass 1 or more (the default is {DEFAULT_MIN_TOKENS})")
@@ -183,7 +203,7 @@ def tracer_for(model_path: Path | str, index_dir: Path | str | None = None) -> T
 
 def find_spans(
     model_path: Path | str, text: str, min_tokens: int = DEFAULT_MIN_TOKENS, *,
-    index_dir: Path | str | None = None, max_sources: int = 3,
+    index_dir: Path | str | None = None, max_sources: int = DEFAULT_MAX_SOURCES,
 ) -> list[Span]:
     """The spans of `text` (at least `min_tokens` tokens, maximal, greedy left to right) that occur
     word for word in the training data of the checkpoint at `model_path`, each with its sources.

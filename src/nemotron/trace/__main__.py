@@ -4,7 +4,7 @@
     python -m nemotron.trace runs/nano2/stage0_pretrain/training "To be, or not to be" --min-tokens 4
 
 MODEL is a checkpoint artifact (the folder a training step wrote) or the model folder inside one.
-stdout: `{"trace": {"model", "text", "min_tokens", "spans": [...]}}` (each span: token and character
+stdout: `{"trace": {"model", "text", "min_tokens", "datasets", "spans": [...]}}` (each span: token and character
 range, text, occurrences, sources: dataset, document, position, context); stderr: the spans, readable.
 Exit 2 with one `error:` line on bad input. See `nemotron.trace` for how, and what it costs.
 """
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from nemotron.cli import one_line_errors
-from nemotron.trace import DEFAULT_MIN_TOKENS, Tracer
+from nemotron.trace import DEFAULT_MAX_SOURCES, DEFAULT_MIN_TOKENS, Tracer
 
 
 def main(argv: list[str]) -> int:
@@ -28,26 +28,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--min-tokens", type=int, default=None,
                         help=f"shortest span reported (default {DEFAULT_MIN_TOKENS}; for a text shorter than that, "
                              "all its tokens but one, as the report card marks a short copied answer)")
-    parser.add_argument("--max-sources", type=int, default=3, help="occurrences named per span")
+    parser.add_argument("--max-sources", type=int, default=DEFAULT_MAX_SOURCES, help="occurrences named per span")
     parser.add_argument("--index-dir", type=Path, default=None,
                         help="where indexes live (default $NEMOTRON_TRACE_INDEX_DIR, else .trace-index/ beside "
                              "each dataset)")
     args = parser.parse_args(argv)
     with one_line_errors():
-        tracer = Tracer(args.model, args.index_dir)
-        if args.min_tokens is None:  # a short answer ("I am not yet.") is traced whole, less its last token
-            whole = len(tracer.tokenize(args.text)[0])
-            args.min_tokens = max(2, min(DEFAULT_MIN_TOKENS, whole - 1))
-        spans = tracer.find_spans(args.text, min_tokens=args.min_tokens, max_sources=args.max_sources)
+        result, spans = Tracer(args.model, args.index_dir).trace(args.text, args.min_tokens, args.max_sources)
     for span in spans:
         print(f"{span.describe()}: {span.text!r} ({span.occurrences} occurrences)", file=sys.stderr)
         for source in span.sources:
             print(f"    {source.dataset} {source.document} at token {source.position}: {source.context!r}",
                   file=sys.stderr)
     if not spans:
-        print(f"trace: no span of {args.min_tokens}+ tokens of the text is in the training data", file=sys.stderr)
-    result = {"model": str(tracer.path), "text": args.text, "min_tokens": args.min_tokens,
-              "spans": [span.to_dict() for span in spans]}
+        print(f"trace: no span of {result['min_tokens']}+ tokens of the text is in the training data", file=sys.stderr)
     print(json.dumps({"trace": result}, ensure_ascii=False))
     return 0
 
