@@ -6,7 +6,7 @@ torch thread), each into a fresh folder, then reads every evaluation artifact's 
 model against the model it started from on the same held-out items, paired standard error;
 `nemotron.evaluation.lessons`) and prints, per run and stage, the gain, its standard error and their ratio.
 A stage teaches when its gain is above two standard errors; the last line says whether every stage of every
-run did. Each run's step times are printed beside it (the recipes' time budgets: nano2 120 s, nano3 300 s of
+run did. Each run's step times are printed beside it (the recipes' time budgets: nano2 120 s, nano3 330 s of
 steps on an idle 2-core machine), with the load average, since other work on the machine slows them.
 
     python benchmarks/bench_lessons.py                       # both recipes, seeds 0-2, and seed 0 on one thread

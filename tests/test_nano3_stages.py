@@ -208,6 +208,15 @@ def sft(sft_data, tmp_path_factory):
                                                  output_dir=tmp_path_factory.mktemp("sft")))
 
 
+def test_sft_at_tiny_runs_without_patience_unless_asked(sft_data, sft, tmp_path):
+    """nano3 SFT's --patience is per scale (PATIENCE: off at tiny, where it ended runs before the plateau); the
+    config keeps None, as for a per-scale --steps, and the artifact records the patience the run used."""
+    assert sft.config["patience"] is None and sft.metrics["patience"] == sft_training.PATIENCE["tiny"] == 0
+    asked = sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=1, micro_batch_size=2,
+                                                  patience=3, output_dir=tmp_path / "asked"))
+    assert asked.config["patience"] == asked.metrics["patience"] == 3
+
+
 def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, sft, dense, tmp_path):
     assert "expert_load" in read_metrics(sft.metrics_path)[-1] and sft.validation_loss > 0
     kept = [json.loads(line) for line in sft.watch_path.read_text().splitlines()]  # at each validation
