@@ -41,7 +41,7 @@ STEPS = {
     "nano2": [f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
               for step in ("data_curation", "training", "evaluation")] + ["evaluation/benchmarks"],
     "nano3": ["stage0_pretrain/data_curation", "stage0_pretrain/training", "stage0_pretrain/training_dense",
-              "stage0_pretrain/evaluation",
+              "stage0_pretrain/training_dense_time", "stage0_pretrain/evaluation",
               *(f"{stage}/{step}" for stage in ("stage1_sft", "stage2_rl")
                 for step in ("data_curation", "training", "evaluation")), "evaluation/benchmarks"],
 }

@@ -3,7 +3,7 @@ model of the same active size.
 
     python -m nemotron.recipes.nano3 --scale tiny
 
-  stage0_pretrain   data_curation -> training (MoE) -> training --dense -> evaluation
+  stage0_pretrain   data_curation -> training (MoE) -> training --dense (same tokens, same time) -> evaluation
   stage1_sft        worked problems + chat data -> SFT of the MoE model -> exact match, reasoning on / off
   stage2_rl         RL prompts + checker spec -> GRPO from the SFT model on the checkable task -> held-out
                     reward, SFT vs RL
