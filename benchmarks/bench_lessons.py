@@ -65,9 +65,14 @@ def run_recipe(recipe: str, seed: int, one_thread: bool, out: Path, extra: list[
         metadata = out / folder / "metadata.json"
         if metadata.exists():
             lessons[stage] = json.loads(metadata.read_text())["metrics"]["lesson"]
+    # nano3's stage 0 answers whether the MoE model beats its dense counterpart, at equal tokens and equal time
+    # (its evaluation's metrics.moe_against_dense; scripts/readme_results.py's moe_dense block draws it)
+    stage0 = out / "stage0_pretrain" / "evaluation" / "metadata.json"
+    against = json.loads(stage0.read_text())["metrics"].get("moe_against_dense") if recipe == "nano3" and \
+        stage0.exists() else None
     return {"recipe": recipe, "seed": seed, "threads": 1 if one_thread else len(os.sched_getaffinity(0)),
-            "lessons": lessons, "step_seconds": round(sum(steps), 1), "wall_seconds": round(wall, 1),
-            "load_average": round(load, 2)}
+            "lessons": lessons, **({"moe_against_dense": against} if against else {}),
+            "step_seconds": round(sum(steps), 1), "wall_seconds": round(wall, 1), "load_average": round(load, 2)}
 
 
 def main() -> None:
@@ -98,6 +103,9 @@ def main() -> None:
             ratio = record["gain"] / record["standard_error"] if record["standard_error"] else float("inf")
             print(f"  {stage:8s} {record['gain']:+.4f} ± {record['standard_error']:.4f}  ({ratio:5.1f} SE, "
                   f"n={record['n']})  {record['measure']}", file=sys.stderr)
+        for budget, record in run.get("moe_against_dense", {}).items():
+            print(f"  MoE - dense, {budget}: {-record['gain']:+.4f} ± {record['standard_error']:.4f} nats/token "
+                  f"(dense {record['dense_steps']} steps, MoE {record['moe_steps']})", file=sys.stderr)
         print(f"  steps {run['step_seconds']} s, wall {run['wall_seconds']} s, load average {run['load_average']} "
               f"at the start, {run['threads']} thread(s)", file=sys.stderr)
         if args.json is not None:  # after every run: a long sweep stopped part way keeps the runs it made
