@@ -5,8 +5,9 @@ layer an MLP as wide as the experts a token visits plus the shared expert), and 
 random token batches (8 x 256 at tiny) with AdamW, the MoE one with its load-balancing loss and
 expert-bias update exactly as stage-0 training runs them (`nemotron.training.moe.ExpertBalance`). The
 two are timed alternately, `--rounds` times `--steps` steps each after a warm-up, so a busy machine
-slows both alike; the script prints tokens/s of each and the dense / MoE ratio, which is the
-`DENSE_STEPS_PER_MOE_STEP` the recipe uses to give the dense model the same CPU time.
+slows both alike; their Mamba-2 layers use the recipe's training scan (`use_training_scan`, as stage-0
+training builds them). The script prints tokens/s of each and the MoE / dense seconds per step: the
+`MOE_STEP_TIME_RATIO` stage-0 training uses for the dense run of the MoE run's time (`--dense --equal-time`).
 
 Why the MoE step is slower at all with the same active parameters: transformers' `NemotronHExperts` runs
 the chosen experts one after another (a Python loop over experts with index_select / index_add), where a
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from nemotron.cpu import torch_threads
 from nemotron.models import nano3
 from nemotron.models.loading import quiet_cuda_kernel_notes
+from nemotron.models.mamba2 import use_training_scan
 from nemotron.training.moe import ExpertBalance
 from nemotron.training.optim import build_optimizer
 
@@ -63,8 +65,8 @@ def main() -> None:
     torch.set_num_threads(torch_threads(args.num_threads))
 
     moe_config = nano3.build_config(args.scale, nano3.VOCAB_SIZES[args.scale])
-    models = {"moe": nano3.build_model(moe_config, seed=0),
-              "dense": nano3.build_model(nano3.dense_counterpart(moe_config), seed=0)}
+    models = {"moe": use_training_scan(nano3.build_model(moe_config, seed=0)),
+              "dense": use_training_scan(nano3.build_model(nano3.dense_counterpart(moe_config), seed=0))}
     parts = {name: (ExpertBalance(model, moe_config.num_experts_per_tok, nano3.AUX_LOSS_COEFF, nano3.BIAS_UPDATE_RATE),
                     build_optimizer(model, lr=1e-3)) for name, model in models.items()}
     batch = torch.randint(0, moe_config.vocab_size, (args.batch, args.seq_len + 1),
@@ -85,8 +87,8 @@ def main() -> None:
     for name in models:
         per_step = seconds[name] / (args.steps * args.rounds)
         print(f"| {name} | {per_step:.3f} | {tokens / seconds[name]:,.0f} |")
-    print(f"dense / MoE tokens per second: {seconds['moe'] / seconds['dense']:.2f}x "
-          "(the recipe's DENSE_STEPS_PER_MOE_STEP)")
+    print(f"MoE / dense seconds per step: {seconds['moe'] / seconds['dense']:.2f}x "
+          "(stage-0 training's MOE_STEP_TIME_RATIO)")
 
 
 if __name__ == "__main__":

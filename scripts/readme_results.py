@@ -13,6 +13,7 @@ outside its blocks. The blocks of a recipe README, each from its own source:
 
     python scripts/readme_results.py nano2 expected runs/nano2             # a recipe run: lessons, step times
     python scripts/readme_results.py nano2 lessons lessons.json            # bench_lessons.py --json
+    python scripts/readme_results.py nano3 moe_dense lessons.json          # the same file: stage 0, MoE vs dense
     python scripts/readme_results.py nano2 sft_length sft_length.json      # bench_sft_length.py --json
     python scripts/readme_results.py nano2 dpo_variants variants.json      # bench_dpo_variants.py --json
 
@@ -41,7 +42,7 @@ STEPS = {
     "nano2": [f"{stage}/{step}" for stage in ("stage0_pretrain", "stage1_sft", "stage2_alignment")
               for step in ("data_curation", "training", "evaluation")] + ["evaluation/benchmarks"],
     "nano3": ["stage0_pretrain/data_curation", "stage0_pretrain/training", "stage0_pretrain/training_dense",
-              "stage0_pretrain/evaluation",
+              "stage0_pretrain/training_dense_time", "stage0_pretrain/evaluation",
               *(f"{stage}/{step}" for stage in ("stage1_sft", "stage2_rl")
                 for step in ("data_curation", "training", "evaluation")), "evaluation/benchmarks"],
 }
@@ -93,6 +94,21 @@ def verdict(record: dict) -> str:
     return f"{ratio:.1f} SE: {'taught' if record['gain'] > 2 * record['standard_error'] else 'NOT above 2 SE'}"
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def moe_minus_dense(record: dict | None) -> str:
+    """One run's MoE-minus-dense cell: the difference ± its paired standard error (its ratio to the error)."""
+    if record is None:
+        return ""
+    difference, error = -record["gain"], record["standard_error"]
+    ratio = f" ({difference / error:+.1f} SE)" if error else ""
+    return f"{difference:+.4f} ± {error:.4f}{ratio}"
+
+
 def render(name: str, data: dict) -> str:
     """The table of block `name` drawn from its data (what the test draws again)."""
     if name == "expected":
@@ -118,6 +134,27 @@ def render(name: str, data: dict) -> str:
                      if (r := run["lessons"].get(stage)) and r["standard_error"] else "" for stage in stages]
             lines.append(f"| {run['seed']} | {run['threads']} | " + " | ".join(cells) +
                          f" | {run['step_seconds']} | {run['load_average']} |")
+        return "\n".join(lines) + "\n"
+    if name == "moe_dense":
+        runs = [run for run in data["runs"] if run.get("moe_against_dense")]
+        budgets = [("equal_tokens", "same tokens"), ("equal_time", "same training time")]
+        lines = [f"`python benchmarks/bench_lessons.py`, {data['date']}: nano3 stage 0's MoE model against its dense "
+                 "counterpart of the same active parameters, trained on the same tokens and for the same time; the "
+                 "MoE model's held-out loss minus the dense model's (nats/token), window by window, ± its paired "
+                 "standard error (negative: the MoE predicts better).", "",
+                 "| seed | threads | " + " | ".join(f"MoE - dense, {what}" for _, what in budgets) + " |",
+                 "|---|---|" + "---|" * len(budgets)]
+        for run in runs:
+            lines.append(f"| {run['seed']} | {run['threads']} | " + " | ".join(
+                moe_minus_dense(run["moe_against_dense"].get(budget)) for budget, _ in budgets) + " |")
+        for budget, what in budgets:
+            records = [r for run in runs if (r := run["moe_against_dense"].get(budget))]
+            if records:
+                differences = sorted(-r["gain"] for r in records)
+                ratios = sorted(-r["gain"] / r["standard_error"] for r in records if r["standard_error"])
+                lines.append(f"\n{what.capitalize()}, over {len(records)} runs: median {median(differences):+.4f} "
+                             f"nats/token (from {differences[0]:+.4f} to {differences[-1]:+.4f}); in standard "
+                             f"errors, median {median(ratios):+.1f} (from {ratios[0]:+.1f} to {ratios[-1]:+.1f}).")
         return "\n".join(lines) + "\n"
     if name == "sft_length":
         # Curves measured before bench_sft_length compared each point with the default item for item lack the column.
@@ -145,7 +182,7 @@ def render(name: str, data: dict) -> str:
         lines += [f"| {v['variant']} | {v['gain']:+.3g} ± {v['standard_error']:.2g} | {figure(v['p_near_miss'])} | "
                   f"{figure(v['greedy'])} | {figure(v['chat_nll'])} |" for v in data["variants"]]
         return "\n".join(lines) + "\n"
-    raise SystemExit(f"error: unknown block {name!r}; use expected, lessons, sft_length or dpo_variants")
+    raise SystemExit(f"error: unknown block {name!r}; use expected, lessons, moe_dense, sft_length or dpo_variants")
 
 
 def write_block(readme: Path, name: str, data: dict) -> None:
@@ -166,7 +203,7 @@ def main(argv: list[str]) -> int:
         return 2
     recipe, name, source = argv[0], argv[1], Path(argv[2])
     data = expected_data(recipe, source) if name == "expected" else json.loads(source.read_text())
-    if name == "lessons":  # bench_lessons.py runs both recipes: this README shows its own runs
+    if name in ("lessons", "moe_dense"):  # bench_lessons.py runs both recipes: this README shows its own runs
         data = {**data, "runs": [run for run in data["runs"] if run["recipe"] == recipe]}
     elif name == "sft_length" and data.get("recipe") != recipe:
         raise SystemExit(f"error: {source} measured {data.get('recipe')}'s SFT, not {recipe}'s")

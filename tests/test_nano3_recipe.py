@@ -26,6 +26,8 @@ def test_whole_recipe_at_tiny_shows_learning_on_held_out_data(nano3_run):
                          "nano3rlresults"}
     stage0 = made["nano3pretrainresults"]["metrics"]
     assert max(stage0["moe_bits_per_byte"], stage0["dense_bits_per_byte"]) < stage0["unigram_bits_per_byte"], stage0
+    against = stage0["moe_against_dense"]  # the MoE against the dense model at equal tokens and at equal time
+    assert against["equal_time"]["dense_steps"] > against["equal_tokens"]["dense_steps"] == stage0["moe_steps"]
     sft = made["nano3sftresults"]
     assert sft["sft_exact_match_reasoning_on"] > sft["base_exact_match_reasoning_on"], sft["metrics"]
     assert 0.1 < made["nano3sftdataset"]["metrics"]["teacher_error_share"] < 0.2
@@ -75,6 +77,7 @@ def test_whole_recipe_report_card_shows_every_stage(nano3_run):
     report = nano3_run.out / "report"
     text = nano3_run.report_text
     assert "| held-out bits per byte |" in text and (report / "expert_load.png").stat().st_size > 0
+    assert "- Same tokens (MoE" in text and "- Same training time (MoE" in text  # stage 0's answer, per budget
     assert "## Stage 1: exact match" in text and "## Stage 2: GRPO" in text and (report / "reward.png").exists()
     assert "Held-out reward gain RL - SFT" in text and "sampled answers that drop a carry" in text
     assert "sampled answers that add a carry that is not there" in text  # the mistake RL teaches, counted too

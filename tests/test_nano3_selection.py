@@ -81,4 +81,4 @@ def test_the_recipe_refuses_two_selections_before_any_work(tmp_path):
     with pytest.raises(NemotronError, match="pass one of them"):
         recipe.main(config)
     assert not (tmp_path / "runs").exists()
-    assert recipe.Config().post_training_data is False  # off by default: past the tiny recipe's 300 s (README)
+    assert recipe.Config().post_training_data is False  # off by default: past the tiny recipe's 330 s (README)

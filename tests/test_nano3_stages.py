@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -134,6 +135,34 @@ def test_evaluation_puts_moe_dense_and_unigram_side_by_side(dataset, moe, dense,
                                           output_dir=tmp_path / "swapped"))
 
 
+def test_the_dense_run_of_the_moe_runs_time_trains_the_measured_ratio_more_steps_and_is_compared_paired(
+        dataset, moe, dense, tmp_path, monkeypatch):
+    """--dense --equal-time: MOE_STEP_TIME_RATIO x the scale's steps (a constant: no live timing decides them);
+    the evaluation then holds, per budget, the dense model's held-out loss per window against the MoE model's on
+    the same windows, with the paired standard error."""
+    few = {key: value for key, value in FEW.items() if key != "steps"}
+    monkeypatch.setitem(training.STEPS, "tiny", 6)
+    dense_time = training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "dense_time",
+                                               dense=True, equal_time=True, **few))
+    assert dense_time.dense and dense_time.steps == round(6 * training.MOE_STEP_TIME_RATIO) > 6
+    results = evaluation.main(evaluation.Config(checkpoint_path=moe.path, dense_checkpoint_path=dense.path,
+                                                dense_time_checkpoint_path=dense_time.path, max_tokens=2000,
+                                                output_dir=tmp_path / "eval"))
+    against = results.metrics["moe_against_dense"]
+    assert set(against) == {"equal_tokens", "equal_time"}
+    moe_windows = np.array(results.metrics["lesson_items"]["after"])  # the MoE model's loss per held-out window
+    for budget, checkpoint in (("equal_tokens", dense), ("equal_time", dense_time)):
+        record = against[budget]
+        assert record["dense_steps"] == checkpoint.steps and record["moe_steps"] == moe.steps
+        assert record["after"] == pytest.approx(moe_windows.mean()) and record["n"] == len(moe_windows)
+        assert record["gain"] == pytest.approx(record["before"] - record["after"]) and record["standard_error"] > 0
+    name = "dense_time_validation_loss"  # the mean over tokens; the record's is the mean over windows
+    assert against["equal_time"]["before"] == pytest.approx(results.metrics[name], rel=0.05)
+    with pytest.raises(NemotronError, match="add --dense"):
+        training.main(training.Config(dataset_path=dataset.path, output_dir=tmp_path / "moe_time", equal_time=True,
+                                      **FEW))
+
+
 def test_a_checkpoint_of_the_wrong_family_is_one_clear_error(tmp_path):
     from builders import make_pretrain_checkpoint
 
@@ -206,6 +235,15 @@ def sft(sft_data, tmp_path_factory):
     return sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=2, micro_batch_size=2,
                                                  eval_every=2, checkpoint_every=2,
                                                  output_dir=tmp_path_factory.mktemp("sft")))
+
+
+def test_sft_at_tiny_runs_without_patience_unless_asked(sft_data, sft, tmp_path):
+    """nano3 SFT's --patience is per scale (PATIENCE: off at tiny, where it ended runs before the plateau); the
+    config keeps None, as for a per-scale --steps, and the artifact records the patience the run used."""
+    assert sft.config["patience"] is None and sft.metrics["patience"] == sft_training.PATIENCE["tiny"] == 0
+    asked = sft_training.main(sft_training.Config(dataset_path=sft_data.path, steps=1, micro_batch_size=2,
+                                                  patience=3, output_dir=tmp_path / "asked"))
+    assert asked.config["patience"] == asked.metrics["patience"] == 3
 
 
 def test_sft_trains_the_moe_model_and_evaluates_with_reasoning_on_and_off(sft_data, sft, dense, tmp_path):

@@ -92,3 +92,21 @@ def test_a_curve_point_shows_its_paired_change_from_the_default():
     older = {key: value for key, value in point.items() if key != "against_default"}
     assert "paired" not in readme_results.render("sft_length", {**data, "points": [older]})
 
+
+
+def test_the_moe_dense_block_gives_each_run_and_the_median_and_spread_over_runs():
+    """bench_lessons keeps each nano3 run's stage-0 comparison (metrics.moe_against_dense: gain = dense minus MoE,
+    per window, paired); the block shows MoE minus dense per run, then per budget the median and the range."""
+    def record(gain, error):
+        return {"gain": gain, "standard_error": error, "n": 39, "moe_steps": 160, "dense_steps": 160}
+
+    runs = [{"recipe": "nano3", "seed": seed, "threads": 2,
+             "moe_against_dense": {"equal_tokens": record(gain, 0.01), "equal_time": record(gain - 0.02, 0.01)}}
+            for seed, gain in ((0, 0.03), (1, 0.01), (2, 0.05))]
+    runs.append({"recipe": "nano3", "seed": 3, "threads": 2})  # measured before the comparison existed: left out
+    drawn = readme_results.render("moe_dense", {"date": "2026-12-07", "runs": runs})
+    assert "| 1 | 2 | -0.0100 ± 0.0100 (-1.0 SE) | +0.0100 ± 0.0100 (+1.0 SE) |" in drawn
+    assert "| 3 |" not in drawn
+    assert ("Same tokens, over 3 runs: median -0.0300 nats/token (from -0.0500 to -0.0100); in standard errors, "
+            "median -3.0 (from -5.0 to -1.0).") in drawn
+    assert "Same training time, over 3 runs: median -0.0100 nats/token (from -0.0300 to +0.0100)" in drawn

@@ -50,3 +50,26 @@ def test_the_header_names_version_and_commit_and_the_chat_sentence_is_the_recipe
     assert "no chat" in report.what_it_has_seen(artifacts)
     artifacts[0]["config"]["chat_data"] = True
     assert "chat beside the sums" in report.what_it_has_seen(artifacts)
+
+
+def test_the_stage0_comparison_answers_per_budget_with_the_paired_error_and_older_results_draw_as_they_did():
+    metrics = {"moe_bits_per_byte": 2.27, "dense_bits_per_byte": 2.28, "dense_time_bits_per_byte": 2.25,
+               "unigram_bits_per_byte": 3.1, "moe_steps": 160, "dense_steps": 160, "dense_time_steps": 240,
+               "moe_active_parameters": 1470000, "dense_parameters": 1468000, "dense_time_parameters": 1468000}
+    record = {"n": 39, "moe_steps": 160, "moe_train_seconds": 28.7}
+    metrics["moe_against_dense"] = {  # gain: the dense loss minus the MoE's, per window (positive: MoE better)
+        "equal_tokens": {**record, "gain": 0.012, "standard_error": 0.004, "dense_steps": 160,
+                         "dense_train_seconds": 19.5},
+        "equal_time": {**record, "gain": -0.003, "standard_error": 0.005, "dense_steps": 240,
+                       "dense_train_seconds": 29.0}}
+    text = "\n".join(report.comparison(metrics))
+    assert "| | MoE | dense, same tokens | dense, same training time | unigram |" in text
+    assert "| training steps | 160 | 160 | 240 |  |" in text
+    assert ("- Same tokens (MoE 160 steps in 28.7 s, dense 160 in 19.5 s): -0.0120 ± 0.0040 nats/token over 39 "
+            "windows: the MoE model predicts better.") in text
+    assert "- Same training time (MoE 160 steps in 28.7 s, dense 240 in 29 s): +0.0030 ± 0.0050" in text
+    assert text.endswith("no clear difference.")
+    older = {k: v for k, v in metrics.items() if not k.startswith("dense_time") and k != "moe_against_dense"}
+    drawn = report.comparison(older)
+    assert drawn[0] == "| | MoE | dense, same tokens | unigram |" and not any("nats/token over" in x for x in drawn)
+

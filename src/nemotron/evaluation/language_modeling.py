@@ -260,11 +260,13 @@ def score_against_unigram(
 ) -> dict[str, float]:
     """A pretrained model's held-out numbers next to a unigram baseline fitted on `train_prefixes`
     (bin/idx shards) and scored on exactly the same targets: validation_loss, perplexity,
-    bits_per_byte, unigram_loss, unigram_bits_per_byte, unigram_perplexity, num_tokens, num_bytes, and
+    bits_per_byte, unigram_loss, unigram_bits_per_byte, unigram_perplexity, num_tokens, num_bytes,
     `lesson`: the model's mean held-out loss per window against the unigram's on the same windows
-    (`nemotron.evaluation.lessons`, paired over windows): what pretraining taught beyond token frequencies."""
+    (`nemotron.evaluation.lessons`, paired over windows): what pretraining taught beyond token frequencies,
+    and `lesson_items`, the per-window losses it came from (two models scored on the same windows compare
+    item for item: nano3's MoE against its dense counterpart)."""
     from nemotron.data_prep.indexed import IndexedReader
-    from nemotron.evaluation.lessons import lesson
+    from nemotron.evaluation.lessons import lesson, lesson_items
 
     sums, counts = window_nll(model, windows, batch_size=batch_size)
     loss, num_tokens = mean_nll(sums, counts)
@@ -284,4 +286,5 @@ def score_against_unigram(
         "num_bytes": num_bytes,
         "lesson": lesson("held-out loss per window (nats/token), unigram baseline -> model",
                          unigram_sums / counts, sums / counts, higher_is_better=False),
+        "lesson_items": lesson_items(unigram_sums / counts, sums / counts),
     }

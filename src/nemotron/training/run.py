@@ -114,8 +114,12 @@ class LoopState:
 class TrainingRun:
     """Compute init, resume, per-step records, checkpoints and the final artifact of one training run."""
 
-    def __init__(self, config: Any, inputs: Sequence[Artifact], steps: int, name: str) -> None:
+    def __init__(self, config: Any, inputs: Sequence[Artifact], steps: int, name: str,
+                 patience: int | None = None) -> None:
+        """`patience`: the run's `--patience` where the step picks it per scale (the config keeps None then, as
+        for a per-scale `--steps`); default the config's own."""
         self.config, self.inputs, self.steps, self.name = config, list(inputs), steps, name
+        self.patience = getattr(config, "patience", None) if patience is None else patience
         self.out = Path(config.output_dir)
         if steps < 1:
             raise NemotronError(f"--steps {steps} must be at least 1")
@@ -254,7 +258,7 @@ class TrainingRun:
         step is saved with the checkpoints (`stopped_early`: a re-run of the same command resumes into the same
         last step). When fewer steps than that are left, the planned schedule already ends the run as low:
         None, nothing changes."""
-        state, patience = self.state, getattr(self.config, "patience", None)
+        state, patience = self.state, self.patience
         if not patience or state.stopped_early or not self.is_due(step, self.config.eval_every) or step >= self.steps:
             return None
         val_loss = (validation or {}).get("val_loss")
@@ -322,6 +326,7 @@ class TrainingRun:
                     "validation_loss": state.validation.get("val_loss"),
                     **{name: value for name, value in state.validation.items() if name != "val_loss"},
                     **metrics,
+                    "patience": self.patience,  # the --patience the run used (a step may pick it per scale)
                     "stopped_early": state.stopped_early,
                     "train_tokens": state.tokens,
                     "tokens_per_second": self._loop_tokens / loop_seconds if self._loop_tokens else None,

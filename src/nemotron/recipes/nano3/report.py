@@ -33,7 +33,8 @@ from nemotron.recipes.report_card import (
 )
 from nemotron.training.metrics import read_metrics
 
-STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "evaluation")),
+STEPS = [*(("stage0_pretrain", step) for step in ("data_curation", "training", "training_dense", "training_dense_time",
+                                                  "evaluation")),
          *(("stage1_sft", step) for step in ("data_curation", "training", "evaluation")),
          *(("stage2_rl", step) for step in ("data_curation", "training", "evaluation")),
          ("evaluation", "benchmarks")]  # the final model's standard benchmarks (orchestration.benchmark_final_model)
@@ -148,17 +149,38 @@ def samples_table(artifacts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+BUDGETS = {"equal_tokens": ("dense", "same tokens"), "equal_time": ("dense_time", "same training time")}
+
+
 def comparison(metrics: dict[str, Any]) -> list[str]:
+    """The models side by side, then the answer per budget: the MoE model's held-out loss minus each dense
+    counterpart's, per window, with its paired standard error (`metrics["moe_against_dense"]`)."""
     rows = [("held-out bits per byte", "bits_per_byte"), ("held-out loss (nats/token)", "validation_loss"),
             ("perplexity", "perplexity"), ("parameters", "parameters"), ("training steps", "steps"),
             ("training time (s)", "train_seconds")]
-    lines = ["| | MoE | dense | unigram |", "|---|---|---|---|"]
+    models = [("moe", "MoE"), *((name, f"dense, {what}") for name, what in BUDGETS.values()
+                                if f"{name}_steps" in metrics)]
+    lines = ["| | " + " | ".join(label for _, label in models) + " | unigram |",
+             "|---|" + "---|" * len(models) + "---|"]
     for label, key in rows:
-        unigram = metrics.get(f"unigram_{key}", "")
-        lines.append(f"| {label} | {fmt(metrics.get(f'moe_{key}', ''))} | {fmt(metrics.get(f'dense_{key}', ''))} | "
-                     f"{fmt(unigram)} |")
-    lines.append(f"| active parameters per token | {fmt(metrics.get('moe_active_parameters', ''))} | "
-                 f"{fmt(metrics.get('dense_parameters', ''))} | |")
+        lines.append(f"| {label} | " + " | ".join(fmt(metrics.get(f"{name}_{key}", "")) for name, _ in models) +
+                     f" | {fmt(metrics.get(f'unigram_{key}', ''))} |")
+    lines.append("| active parameters per token | " + " | ".join(
+        fmt(metrics.get("moe_active_parameters" if name == "moe" else f"{name}_parameters", "")) for name, _ in models)
+        + " | |")
+    against = metrics.get("moe_against_dense", {})
+    if against:
+        lines += ["", "Does the mixture of experts predict better at the same active parameters? The MoE model's "
+                  "held-out loss minus the dense model's, window by window (the same windows), ± its paired "
+                  "standard error; negative: the MoE predicts better.", ""]
+    for budget, record in against.items():
+        name, what = BUDGETS[budget]
+        difference, error = -record["gain"], record["standard_error"]
+        verdict = ("the MoE model predicts better" if difference < -2 * error else
+                   "the dense model predicts better" if difference > 2 * error else "no clear difference")
+        lines.append(f"- {what.capitalize()} (MoE {record['moe_steps']} steps in {fmt(record['moe_train_seconds'])} s, "
+                     f"dense {record['dense_steps']} in {fmt(record['dense_train_seconds'])} s): "
+                     f"{difference:+.4f} ± {error:.4f} nats/token over {record['n']} windows: {verdict}.")
     return lines
 
 

@@ -2,14 +2,17 @@
 
     python -m nemotron.recipes.nano3.stage0_pretrain --scale tiny
 
-runs four steps, each one a plain function call, skipped when its output is up to date:
+runs five steps, each one a plain function call, skipped when its output is up to date:
 
   data_curation                                 the curation library, nano3's stage lists and
                                                 chat template (data_curation.py)    -> data_curation/
   training                                      the MoE model, with load balancing  -> training/
   training --dense                              its dense counterpart, same active parameters,
-                                                about the same CPU time               -> training_dense/
-  evaluation                                    held-out bits per byte: MoE, dense, unigram
+                                                the same tokens                      -> training_dense/
+  training --dense --equal-time                 the dense counterpart for the MoE run's time
+                                                (MOE_STEP_TIME_RATIO x the steps)   -> training_dense_time/
+  evaluation                                    held-out bits per byte: MoE, dense, unigram; the MoE
+                                                against each dense run, paired over the windows
 
 Every knob of every step is a flag: `--training.steps 100`, `--dense-training.lr 2e-3`, ...
 """
@@ -35,7 +38,10 @@ class Config(RecipeSettings):
     training: training.Config = field(default_factory=training.Config)
     """Settings of the MoE training step (`training.py --help` lists them)."""
     dense_training: training.Config = field(default_factory=lambda: training.Config(dense=True))
-    """Settings of the dense counterpart's training (the same step with --dense)."""
+    """Settings of the dense counterpart's training on the MoE's tokens (the same step with --dense)."""
+    dense_time_training: training.Config = field(default_factory=lambda: training.Config(dense=True,
+                                                                                         equal_time=True))
+    """Settings of the dense counterpart's training for the MoE run's time (--dense --equal-time)."""
     evaluation: evaluation.Config = field(default_factory=evaluation.Config)
     """Settings of the evaluation step (`evaluation.py --help` lists them)."""
 
@@ -49,17 +55,20 @@ def main(config: Config) -> dict:
                        data_curation.PretrainDataset, force=config.force)
     trained = {}
     for name, settings, folder in (("moe", config.training, "training"),
-                                   ("dense", config.dense_training, "training_dense")):
+                                   ("dense", config.dense_training, "training_dense"),
+                                   ("dense_time", config.dense_time_training, "training_dense_time")):
         trained[name] = run_step(training.main, replace(settings, dataset_path=dataset.path, output_dir=out / folder,
                                                         **shared),
                                  training.Nano3PretrainCheckpoint, inputs=[dataset], force=config.force)
     results = run_step(evaluation.main,
                        replace(config.evaluation, checkpoint_path=trained["moe"].path,
-                               dense_checkpoint_path=trained["dense"].path, dataset_path=dataset.path,
+                               dense_checkpoint_path=trained["dense"].path,
+                               dense_time_checkpoint_path=trained["dense_time"].path, dataset_path=dataset.path,
                                output_dir=out / "evaluation", **shared),
-                       evaluation.Nano3PretrainResults, inputs=[trained["moe"], trained["dense"]], force=config.force)
+                       evaluation.Nano3PretrainResults, inputs=list(trained.values()), force=config.force)
     return {"pretraindataset": dataset, "nano3pretraincheckpoint": trained["moe"],
-            "nano3pretraincheckpoint_dense": trained["dense"], "nano3pretrainresults": results}
+            "nano3pretraincheckpoint_dense": trained["dense"],
+            "nano3pretraincheckpoint_dense_time": trained["dense_time"], "nano3pretrainresults": results}
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ two mechanisms keep the experts evenly used, both as in Nemotron 3 Nano's Megatr
 
 `--dense` trains `nano3.dense_counterpart` instead: every MoE layer becomes one MLP as wide as the experts
 a token visits plus the shared expert, so both models spend about the same parameters per token; it gets
-the MoE run's steps times `DENSE_STEPS_PER_MOE_STEP` (1: the same tokens), and the evaluation step
-reports both models' held-out bits per byte and measured training time side by side.
+the MoE run's steps times `DENSE_STEPS_PER_MOE_STEP` (1: the same tokens), or with `--equal-time` times
+`MOE_STEP_TIME_RATIO` (the steps a dense model takes in the MoE run's time), each with its own full
+schedule. The evaluation step compares the MoE model with each, paired over the held-out windows.
 
 Input: a `PretrainDataset` made by nano2's stage-0 data curation (`--dataset-path`, or stdin). Output: a
 `Nano3PretrainCheckpoint` (its metrics.jsonl also logs the routing, per step: see `training.record`; its
@@ -54,10 +55,15 @@ from nemotron.training.settings import PretrainingSettings, parse_overrides
 # runs (stage0_pretrain/training and training_dense) on 2 cores.
 STEPS = {"tiny": 160, "small": 2000, "medium": 20000, "full": 100000}
 SEQ_LEN = {"tiny": 256, "small": 512, "medium": 1024, "full": 8192}
-# The dense counterpart's steps per MoE step: 1, so both models see the same tokens. Their CPU time is not
-# the same (transformers runs the chosen experts one after another; how much slower the MoE step is depends
-# on the machine's load: benchmarks/bench_nano3.py), so the evaluation reports both runs' actual seconds.
+# The dense counterpart's steps per MoE step: 1, so both models see the same tokens.
 DENSE_STEPS_PER_MOE_STEP = 1.0
+# With --equal-time: the MoE step's seconds over the dense step's, so the dense model trains as long as the MoE
+# one. Transformers runs the chosen experts one after another, where a dense MLP is two matrix products, so the MoE
+# step is slower at the same active parameters. A constant, not a live timing, so the run's steps, and so its
+# weights, stay the same on any machine. Measured on the reference 2-core machine: benchmarks/bench_nano3.py
+# (MoE and dense steps timed in turn, 6 rounds of 10, 2026-12-07, load average 8.6-9.8) 1.52x; the idle recipe
+# run of 2026-12-04 (the README's Expected results then: stage-0 MoE 28.7 s, dense 19.5 s) 1.47x.
+MOE_STEP_TIME_RATIO = 1.5
 
 
 @dataclass
@@ -66,7 +72,10 @@ class Config(PretrainingSettings):
 
     dense: bool = False
     """Train the dense counterpart (same active parameters) instead of the MoE model."""
-    steps: per_scale("Optimizer steps (x DENSE_STEPS_PER_MOE_STEP with --dense)", STEPS) = None
+    equal_time: bool = False
+    """With --dense: MOE_STEP_TIME_RATIO x the MoE's steps (the MoE run's time) instead of its tokens."""
+    steps: per_scale("Optimizer steps (x DENSE_STEPS_PER_MOE_STEP with --dense, x MOE_STEP_TIME_RATIO with "
+                     "--dense --equal-time)", STEPS) = None
     aux_loss_coeff: float | None = None
     """Weight of the load-balancing loss; default nemotron.models.nano3.AUX_LOSS_COEFF (1e-4, Nano 3's)."""
     bias_update_rate: float | None = None
@@ -97,8 +106,11 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
         raise NemotronError(f"--scale {config.scale} with Megatron-Bridge trains the MoE model of the scale as it is: "
                             "drop --dense (the dense counterpart is the CPU comparison) and --model-overrides, or "
                             "train here with --scale tiny|small|medium --engine plain")
+    if config.equal_time and not config.dense:
+        raise NemotronError("--equal-time sets the dense counterpart's steps from the MoE run's time: add --dense")
     dataset = PretrainDataset.load_input(config, "dataset")
-    steps = config.steps or round(STEPS[config.scale] * (DENSE_STEPS_PER_MOE_STEP if config.dense else 1))
+    per_moe_step = (MOE_STEP_TIME_RATIO if config.equal_time else DENSE_STEPS_PER_MOE_STEP) if config.dense else 1
+    steps = config.steps or round(STEPS[config.scale] * per_moe_step)
     aux_coeff = nano3.AUX_LOSS_COEFF if config.aux_loss_coeff is None else config.aux_loss_coeff
     bias_rate = nano3.BIAS_UPDATE_RATE if config.bias_update_rate is None else config.bias_update_rate
     # The run folder (nemotron.training.megatron_bridge, family nano3) is filled from the dataset and these
@@ -113,7 +125,7 @@ def main(config: Config) -> Nano3PretrainCheckpoint | MegatronBridgeRun:
                         provider_overrides={"moe_aux_loss_coeff": aux_coeff, "moe_router_bias_update_rate": bias_rate})
 
     # --- compute init ---
-    name = "pretrain-dense" if config.dense else "pretrain-moe"
+    name = ("pretrain-dense-time" if config.equal_time else "pretrain-dense") if config.dense else "pretrain-moe"
     training = TrainingRun(config, inputs=[dataset], steps=steps, name=name)
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
 
