@@ -8,8 +8,8 @@ own SFT evaluation step, and prints the curve (the lesson and the step's other h
 is flat when the lessons from 0.8x to 1.2x stay within the default's standard error of the default's (the
 summary gives the largest distance, in those standard errors). Each point also shows its change from the
 default on the same held-out items, paired (the two runs' per-item values, `metrics.lesson_items`), with the
-lesson's own verdict: whether the two models really differ, a finer question than flatness (nano2's held-out
-NLL still falls by a few hundredths of a nat a fifth past its default: a real change, well within the SE).
+lesson's own verdict: whether the two models really differ, a finer question than flatness (a change can be
+real, above two paired standard errors, yet within the default's own standard error).
 
     python -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2       # the run to start from
     python benchmarks/bench_sft_length.py --recipe nano2 --run runs/nano2 --json sft_length.json
@@ -38,10 +38,9 @@ from nemotron.evaluation.lessons import lesson, verdict
 # gain ± standard error: the measure whose flatness is judged) the columns shown, read from the evaluation
 # artifact's metrics (key, its standard error).
 RECIPES = {
-    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training", "higher_is_better": False,
-              "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",
+    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training", "higher_is_better": True,
+              "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",  # the lesson: chance of a right answer
               "columns": [("held-out skill: greedy right", "sft_skill_accuracy", "sft_skill_accuracy_stderr"),
-                          ("chance of a right answer", "sft_skill_p_right", "sft_skill_p_right_stderr"),
                           ("chance of the near miss", "sft_skill_p_near_miss", "sft_skill_p_near_miss_stderr")]},
     "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training", "higher_is_better": True,
               "evaluation": "nemotron.recipes.nano3.stage1_sft.evaluation",
