@@ -119,14 +119,14 @@ def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
             f"{fmt(m[f'{name}_{key}'])} ± {m[f'{name}_{key}_stderr']:.2g}" if f"{name}_{key}" in m else ""
             for name, m in (("base", sft), ("sft", sft), ("dpo", dpo))) + " |")
     if isinstance(chat := sft.get("chat"), dict):  # stage 1's chat measure, fair to a base that never saw <|im_end|>
-        md.append(f"| chat: the answers' NLL, content tokens only (the template's `<|im_end|>` left out, lower is "
+        md.append(f"| chat: the answers' NLL, content tokens only (the end-of-turn marker left out, lower is "
                   f"better) | {fmt(chat['before'])} | {fmt(chat['after'])} "
                   f"({chat['gain']:+.3g} ± {chat['standard_error']:.2g}) | |")
     if dpo:
         md += [f"| held-out pairs: right answer above the near miss (per token) | | "
                f"{fmt(dpo.get('sft_preference_accuracy', ''))} | {fmt(dpo.get('dpo_preference_accuracy', ''))} |",
-               f"| chat: completion NLL (with `<|im_end|>`: SFT's loss) on the stage-1 test chats, the skill's left "
-               f"out (lower is better) | | "
+               f"| chat: completion NLL (with the end-of-turn marker: SFT's loss) on the stage-1 test chats, the "
+               f"skill's left out (lower is better) | | "
                f"{fmt(dpo.get('sft_completion_nll', ''))} | {fmt(dpo.get('dpo_completion_nll', ''))} |", "",
                f"DPO's implicit reward on the held-out pairs (beta {fmt(dpo.get('beta', ''))}): accuracy "
                f"{fmt(dpo.get('reward_accuracy', ''))}, margin {fmt(dpo.get('reward_margin', ''))}. Its training "

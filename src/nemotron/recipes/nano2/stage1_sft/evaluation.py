@@ -161,8 +161,8 @@ def main(config: Config) -> SFTResults:
                                skill["base"]["p_right"], skill["sft"]["p_right"])
     metrics["lesson_items"] = lesson_items(skill["base"]["p_right"], skill["sft"]["p_right"])
     # The chat beside it: the held-out chats' answer content, every token weighing the same (paired per chat).
-    metrics["chat"] = pooled_lesson("held-out chat answers' NLL (nats/token, content tokens: the template's "
-                                    "<|im_end|> left out), base -> SFT",
+    metrics["chat"] = pooled_lesson("held-out chat answers' NLL (nats/token, their content tokens: the "
+                                    "end-of-turn marker left out), base -> SFT",
                                     content["base"][0], content["sft"][0], content["sft"][1])
     # The answers it changed: the held-out problems whose chance of a right answer SFT raised (lowered) most.
     metrics["changed_answers"] = changed_chances(skill["base"]["p_right"], skill["sft"]["p_right"], [
