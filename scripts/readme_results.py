@@ -252,7 +252,8 @@ def render(name: str, data: dict) -> str:
 def write_block(readme: Path, name: str, data: dict) -> None:
     """Put block `name` (its data and its table) into `readme`, in place of the one there."""
     head = f"<!-- results:{name} (scripts/readme_results.py writes this block; do not edit it by hand) -->"
-    block = f"{head}\n<!-- data: {json.dumps(data)} -->\n{render(name, data)}<!-- /results:{name} -->"
+    stored = json.dumps(data).replace("-->", "--\\u003e")  # a "-->" in an answer would end the comment
+    block = f"{head}\n<!-- data: {stored} -->\n{render(name, data)}<!-- /results:{name} -->"
     text = readme.read_text(encoding="utf-8")
     found = [(m.start(), m.end()) for m in BLOCK.finditer(text) if m["name"] == name]
     if not found and (empty := f"{head}\n<!-- /results:{name} -->") in text:  # the two marker lines alone
