@@ -90,7 +90,11 @@ def expected_data(recipe: str, run: Path) -> dict:
             "torch": producer["torch_version"], "matmul_gflops": round(matmul_gflops()),
             "lessons": lessons, "step_seconds": steps, "total_seconds": round(sum(t for _, t in steps), 1)}
     if recipe == "nano2":
-        data |= nano2_skill(*(metadata(step)["metrics"] for _, step in LESSONS[recipe][1:]))
+        sft, dpo = (metadata(step)["metrics"] for _, step in LESSONS[recipe][1:])
+        if "chat" not in sft:
+            raise SystemExit(f"error: {run / LESSONS[recipe][1][1]} was evaluated before SFT's lesson became the "
+                             "skill (it has no chat measure); run the recipe again at this commit")
+        data |= nano2_skill(sft, dpo)
     # Every step's artifact digest: the run this block shows, which the pictures made from a run must match
     # (scripts/run_pictures.py writes them beside each picture; tests/test_readme_results.py compares).
     return data | {"digests": {step: art["digest"] for step in STEPS[recipe] if (art := metadata(step)) is not None}}

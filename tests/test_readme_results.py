@@ -2,7 +2,9 @@
 
 Each results block must be exactly what the script draws from the data stored beside it, and the
 "Expected results" section of each recipe README may state no figure outside those blocks: a figure typed
-by hand (or a table edited after the script wrote it) fails here.
+by hand (or a table edited after the script wrote it) fails here. The pictures of a run (the chat page, the
+run browser) must come from the run of nano2's Expected-results block (their sidecars' digests), and the top
+README's chat example must be what the chat page picture shows.
 """
 
 import importlib.util
