@@ -60,19 +60,26 @@ def run_recipe(recipe: str, seed: int, one_thread: bool, out: Path, extra: list[
         raise SystemExit(f"error: {' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     # every step's seconds (nano3's stage 0 trains twice under one step name: the MoE and its dense counterpart)
     steps = [float(seconds) for _, seconds in re.findall(r"\[done\] (\S+) in ([\d.]+)s", done.stderr)]
-    lessons = {}
+    lessons, greedy = {}, {}
     for stage, folder in STAGES[recipe]:
         metadata = out / folder / "metadata.json"
         if metadata.exists():
-            lessons[stage] = json.loads(metadata.read_text())["metrics"]["lesson"]
+            metrics = json.loads(metadata.read_text())["metrics"]
+            lessons[stage] = metrics["lesson"]
+            # nano2's skill, greedy: each model's share of held-out problems answered right (base, SFT, DPO)
+            for key, value in metrics.items():
+                if key.endswith("_skill_accuracy"):
+                    greedy.setdefault(key.removesuffix("_skill_accuracy").replace("sft", "SFT").replace("dpo", "DPO"),
+                                      value)
     # nano3's stage 0 answers whether the MoE model beats its dense counterpart, at equal tokens and equal time
     # (its evaluation's metrics.moe_against_dense; scripts/readme_results.py's moe_dense block draws it)
     stage0 = out / "stage0_pretrain" / "evaluation" / "metadata.json"
     against = json.loads(stage0.read_text())["metrics"].get("moe_against_dense") if recipe == "nano3" and \
         stage0.exists() else None
     return {"recipe": recipe, "seed": seed, "threads": 1 if one_thread else len(os.sched_getaffinity(0)),
-            "lessons": lessons, **({"moe_against_dense": against} if against else {}),
-            "step_seconds": round(sum(steps), 1), "wall_seconds": round(wall, 1), "load_average": round(load, 2)}
+            "lessons": lessons, **({"greedy": greedy} if greedy else {}),
+            **({"moe_against_dense": against} if against else {}), "step_seconds": round(sum(steps), 1),
+            "wall_seconds": round(wall, 1), "load_average": round(load, 2)}
 
 
 def main() -> None:

@@ -40,10 +40,9 @@ from nemotron.evaluation.lessons import lesson, verdict
 # gain ± standard error: the measure whose flatness is judged) the columns shown, read from the evaluation
 # artifact's metrics (key, its standard error).
 RECIPES = {
-    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training", "higher_is_better": False,
-              "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",
+    "nano2": {"training": "nemotron.recipes.nano2.stage1_sft.training", "higher_is_better": True,
+              "evaluation": "nemotron.recipes.nano2.stage1_sft.evaluation",  # the lesson: chance of a right answer
               "columns": [("held-out skill: greedy right", "sft_skill_accuracy", "sft_skill_accuracy_stderr"),
-                          ("chance of a right answer", "sft_skill_p_right", "sft_skill_p_right_stderr"),
                           ("chance of the near miss", "sft_skill_p_near_miss", "sft_skill_p_near_miss_stderr")]},
     "nano3": {"training": "nemotron.recipes.nano3.stage1_sft.training", "higher_is_better": True,
               "evaluation": "nemotron.recipes.nano3.stage1_sft.evaluation",

@@ -16,10 +16,14 @@ outside its blocks. The blocks of a recipe README, each from its own source:
     python scripts/readme_results.py nano3 moe_dense lessons.json          # the same file: stage 0, MoE vs dense
     python scripts/readme_results.py nano2 sft_length sft_length.json      # bench_sft_length.py --json
     python scripts/readme_results.py nano2 dpo_variants variants.json      # bench_dpo_variants.py --json
+    python scripts/readme_results.py top chat_page docs/chat-page.png.json # README.md: the chat page's answers
 
 The data of `expected` is read from the run's artifacts alone: each stage's lesson, each step's seconds, and
-the run's date, commit, seed and torch threads; the machine's matmul speed is measured when the block is
-written (run it on the machine that ran the recipe).
+the run's date, commit, seed and torch threads, and every step's artifact digest; the machine's matmul speed is
+measured when the block is written (run it on the machine that ran the recipe). The pictures of a run in the
+READMEs (`PICTURES`) are made by their scripts from that same run: each writes the digests of what it shows
+beside it (`scripts/picture_sidecar.py`), and `picture_mismatches` names the steps where they differ from the
+block's. The top README's chat example (`chat_page`) is drawn from the chat page picture's sidecar.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = {recipe: REPO / "src" / "nemotron" / "recipes" / recipe / "README.md" for recipe in ("nano2", "nano3")}
+TOP_README = REPO / "README.md"
+# Each picture made from a run, and the recipe whose Expected-results run it must show.
+PICTURES = {"docs/chat-page.png": "nano2", "docs/runs-browser.png": "nano2"}
 # The evaluation steps holding each stage's lesson, and every step of a run, in order.
 LESSONS = {
     "nano2": [("stage 0: pretraining", "stage0_pretrain/evaluation"), ("stage 1: SFT", "stage1_sft/evaluation"),
@@ -79,10 +86,38 @@ def expected_data(recipe: str, run: Path) -> dict:
              if (art := metadata(step)) is not None and "wall_seconds" in art.get("metrics", {})]
     first = metadata(LESSONS[recipe][-1][1])
     producer = first["producer"]
-    return {"date": first["created_at"][:10], "commit": producer["git_commit"][:12],
+    data = {"date": first["created_at"][:10], "commit": producer["git_commit"][:12],
             "dirty": producer.get("git_dirty", False), "seed": first["seed"], "threads": producer["num_threads"],
             "torch": producer["torch_version"], "matmul_gflops": round(matmul_gflops()),
             "lessons": lessons, "step_seconds": steps, "total_seconds": round(sum(t for _, t in steps), 1)}
+    if recipe == "nano2":
+        sft, dpo = (metadata(step)["metrics"] for _, step in LESSONS[recipe][1:])
+        if "chat" not in sft:
+            raise SystemExit(f"error: {run / LESSONS[recipe][1][1]} was evaluated before SFT's lesson became the "
+                             "skill (it has no chat measure); run the recipe again at this commit")
+        data |= nano2_skill(sft, dpo)
+    # Every step's artifact digest: the run this block shows, which the pictures made from a run must match
+    # (scripts/run_pictures.py writes them beside each picture; tests/test_readme_results.py compares).
+    return data | {"digests": {step: art["digest"] for step in STEPS[recipe] if (art := metadata(step)) is not None}}
+
+
+def nano2_skill(sft: dict, dpo: dict) -> dict:
+    """nano2's skill, model by model (stage 1 scores base and SFT, stage 2 the DPO model), and the chat's NLL
+    beside SFT's lesson (the answers' content tokens: `stage1_sft/evaluation.py` says why)."""
+    def row(model: str, metrics: dict) -> dict:  # each measure: [value, standard error]
+        prefix = f"{model.lower()}_skill_"
+        return {"model": model, **{key: [metrics[prefix + key], metrics[f"{prefix}{key}_stderr"]]
+                                   for key in ("p_right", "accuracy", "p_near_miss")}}
+    return {"skill": [row("base", sft), row("SFT", sft), row("DPO", dpo)], "chat": sft["chat"]}
+
+
+def picture_mismatches(sidecar: dict, expected: dict) -> list[str]:
+    """The steps whose artifact a picture shows (its sidecar's digests) other than the run of an Expected-results
+    block (its data's digests) does: one line each; none when the picture comes from that run."""
+    recorded = expected.get("digests", {})
+    return [f"{step}: the picture shows {digest[:12]}, Expected results' run has "
+            f"{recorded[step][:12] if step in recorded else 'no such step'}"
+            for step, digest in sidecar["digests"].items() if recorded.get(step) != digest]
 
 
 def figure(value: float) -> str:
@@ -107,6 +142,48 @@ def moe_minus_dense(record: dict | None) -> str:
     difference, error = -record["gain"], record["standard_error"]
     ratio = f" ({difference / error:+.1f} SE)" if error else ""
     return f"{difference:+.4f} ± {error:.4f}{ratio}"
+def over_seeds(data: dict, stages: list[str]) -> list[str]:
+    """The lessons block's summary: per stage and thread count, over the runs' seeds, the median gain, its
+    spread (lowest and highest), the median and lowest gain/SE ratio, and how many runs taught (above 2 SE);
+    then, where the runs recorded it (nano2), each model's greedy right share on the skill."""
+    groups = list(dict.fromkeys(run["threads"] for run in data["runs"]))
+    lines = ["Each stage over seeds: the median of the runs' gains, their spread, and the median of each run's "
+             "gain over its standard error (a lesson is taught above 2).", "",
+             "| stage | held-out measure | threads | seeds | median gain | spread (lowest to highest) | "
+             "median gain/SE | lowest gain/SE | runs above 2 SE |", "|---|---|---|---|---|---|---|---|---|"]
+    for stage in stages:
+        for threads in groups:
+            records = [(run["seed"], run["lessons"][stage]) for run in data["runs"]
+                       if run["threads"] == threads and stage in run["lessons"]]
+            if not records:
+                continue
+            gains = [r["gain"] for _, r in records]
+            ratios = [r["gain"] / r["standard_error"] if r["standard_error"] else float("inf") for _, r in records]
+            taught = sum(r["gain"] > 2 * r["standard_error"] and r["gain"] > 0 for _, r in records)
+            lines.append(f"| {stage} | {records[0][1]['measure']} | {threads} | {seed_list([s for s, _ in records])} | "
+                         f"{median(gains):+.3g} | {min(gains):+.3g} to {max(gains):+.3g} | {median(ratios):.1f} | "
+                         f"{min(ratios):.1f} | {taught} of {len(records)} |")
+    greedy = [run for run in data["runs"] if run.get("greedy")]
+    if greedy:
+        models = list(dict.fromkeys(model for run in greedy for model in run["greedy"]))
+        cells = []
+        for model in models:
+            values = [run["greedy"][model] for run in greedy if model in run["greedy"]]
+            cells.append(f"{model} {median(values):.3g} ({min(values):.3g} to {max(values):.3g})")
+        lines += ["", f"The skill's greedy answer right, median (lowest to highest) over the {len(greedy)} runs: "
+                  + ", ".join(cells) + "."]
+    return lines
+
+
+def seed_list(seeds: list[int]) -> str:
+    """0-9, or 0, 3, 5: the seeds of a row, runs of consecutive seeds shortened."""
+    seeds, parts, start = sorted(seeds), [], None
+    for i, seed in enumerate(seeds):
+        start = seed if start is None else start
+        if i + 1 == len(seeds) or seeds[i + 1] != seed + 1:
+            parts.append(f"{start}-{seed}" if seed - start > 1 else ", ".join(map(str, range(start, seed + 1))))
+            start = None
+    return ", ".join(parts)
 
 
 def render(name: str, data: dict) -> str:
@@ -119,13 +196,24 @@ def render(name: str, data: dict) -> str:
                  "| stage | held-out measure | before | after | gain ± SE | n | |", "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['stage']} | {r['measure']} | {figure(r['before'])} | {figure(r['after'])} | "
                   f"{r['gain']:+.4g} ± {r['standard_error']:.2g} | {r['n']} | {verdict(r)} |" for r in data["lessons"]]
+        if "skill" in data:  # nano2: the skill model by model, and the chat's NLL beside SFT's lesson
+            lines += ["", "| held-out skill problems | base | SFT | DPO |", "|---|---|---|---|"]
+            lines += [f"| {label} | " + " | ".join(f"{figure(r[key][0])} ± {r[key][1]:.2g}" for r in data["skill"]) +
+                      " |" for label, key in (("chance of a right answer (exact)", "p_right"),
+                                              ("greedy answer right", "accuracy"),
+                                              ("chance of the teacher's near miss", "p_near_miss"))]
+            chat = data["chat"]
+            lines += ["", f"Beside SFT's lesson, the chat: {chat['measure']}: {figure(chat['before'])} -> "
+                          f"{figure(chat['after'])}, {chat['gain']:+.4g} ± {chat['standard_error']:.2g} "
+                          f"({chat['n']} chats)."]
         lines += ["", "| step | seconds |", "|---|---|"]
         lines += [f"| {step} | {seconds} |" for step, seconds in data["step_seconds"]]
         lines += [f"| **all steps** | **{data['total_seconds']}** |"]
         return "\n".join(lines) + "\n"
     if name == "lessons":
         stages = list(dict.fromkeys(stage for run in data["runs"] for stage in run["lessons"]))
-        lines = [f"`python benchmarks/bench_lessons.py`, {data['date']}: each stage's gain ± its standard error "
+        lines = [*over_seeds(data, stages), "",
+                 f"`python benchmarks/bench_lessons.py`, {data['date']}: each stage's gain ± its standard error "
                  "(its ratio to the error), per seed and thread count.", "",
                  "| seed | threads | " + " | ".join(stages) + " | steps (s) | load average at the start |",
                  "|---|---|" + "---|" * len(stages) + "---|---|"]
@@ -182,29 +270,51 @@ def render(name: str, data: dict) -> str:
         lines += [f"| {v['variant']} | {v['gain']:+.3g} ± {v['standard_error']:.2g} | {figure(v['p_near_miss'])} | "
                   f"{figure(v['greedy'])} | {figure(v['chat_nll'])} |" for v in data["variants"]]
         return "\n".join(lines) + "\n"
-    raise SystemExit(f"error: unknown block {name!r}; use expected, lessons, moe_dense, sft_length or dpo_variants")
+    if name == "chat_page":
+        def cell(text: str) -> str:
+            return " ".join(text.split()).replace("|", "\\|") or "(nothing)"
+
+        lines = [f"What the page shows, answer by answer (`{data['command']}`, from the run in nano2's Expected "
+                 f"results: commit `{data['commit']}`, seed {data['seed']}):", "", "| asked | model | answer |",
+                 "|---|---|---|"]
+        lines += [f"| {cell(a['asked'])} | {cell(a['model'])} | {cell(a['answer'])} |" for a in data["answers"]]
+        return "\n".join(lines) + "\n"
+    raise SystemExit(f"error: unknown block {name!r}; "
+                     "use expected, lessons, moe_dense, sft_length, dpo_variants or chat_page")
 
 
 def write_block(readme: Path, name: str, data: dict) -> None:
     """Put block `name` (its data and its table) into `readme`, in place of the one there."""
     head = f"<!-- results:{name} (scripts/readme_results.py writes this block; do not edit it by hand) -->"
-    block = f"{head}\n<!-- data: {json.dumps(data)} -->\n{render(name, data)}<!-- /results:{name} -->"
+    stored = json.dumps(data).replace("-->", "--\\u003e")  # a "-->" in an answer would end the comment
+    block = f"{head}\n<!-- data: {stored} -->\n{render(name, data)}<!-- /results:{name} -->"
     text = readme.read_text(encoding="utf-8")
-    found = [m for m in BLOCK.finditer(text) if m["name"] == name]
+    found = [(m.start(), m.end()) for m in BLOCK.finditer(text) if m["name"] == name]
+    if not found and (empty := f"{head}\n<!-- /results:{name} -->") in text:  # the two marker lines alone
+        found = [(text.index(empty), text.index(empty) + len(empty))]
     if not found:
         raise SystemExit(f"error: {readme} has no results:{name} block; add its two marker lines where the table "
                          "goes, then run this again")
-    readme.write_text(text[: found[0].start()] + block + text[found[0].end():], encoding="utf-8")
+    readme.write_text(text[: found[0][0]] + block + text[found[0][1]:], encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in README:
+    if len(argv) != 3 or argv[0] not in (*README, "top") or (argv[0] == "top") != (argv[1] == "chat_page"):
         print(__doc__, file=sys.stderr)
         return 2
     recipe, name, source = argv[0], argv[1], Path(argv[2])
+    if recipe == "top":  # the chat page picture's sidecar, as scripts/screenshot_chat_page.py wrote it
+        write_block(TOP_README, name, json.loads(source.read_text()))
+        print(f"readme_results: wrote results:{name} of README.md", file=sys.stderr)
+        return 0
     data = expected_data(recipe, source) if name == "expected" else json.loads(source.read_text())
     if name in ("lessons", "moe_dense"):  # bench_lessons.py runs both recipes: this README shows its own runs
         data = {**data, "runs": [run for run in data["runs"] if run["recipe"] == recipe]}
+        for stage in {stage for run in data["runs"] for stage in run["lessons"]}:
+            measures = {run["lessons"][stage]["measure"] for run in data["runs"] if stage in run["lessons"]}
+            if len(measures) > 1:
+                raise SystemExit(f"error: {source}: the runs measured {recipe}'s {stage} lesson in {len(measures)} "
+                                 f"ways ({' / '.join(sorted(measures))}); run them all at one commit")
     elif name == "sft_length" and data.get("recipe") != recipe:
         raise SystemExit(f"error: {source} measured {data.get('recipe')}'s SFT, not {recipe}'s")
     write_block(README[recipe], name, data)

@@ -7,8 +7,11 @@ Starts `nemotron.serve`'s app on a free loopback port in this process (a run fol
 checkpoint), opens the page in the system's headless Chromium (apt-get install chromium chromium-driver),
 sends the `--compare` question to every served model (side by side), then each `--ask` question to
 `--model` (greedy, the page's default), waits for every answer to finish streaming, hovers token
-`--hover` of the last answer (its alternatives open) and takes the screenshot. `--where-from MODEL` presses
-"where from" under MODEL's compare answer first (its spans marked in each served model's training data):
+`--hover` of the last answer (its alternatives open) and takes the screenshot. Beside it, `<output>.json`
+(`scripts/picture_sidecar.py`): the command, the digests of the checkpoints served, and every answer the page
+shows (asked, model, answer), from which `python scripts/readme_results.py top chat_page docs/chat-page.png.json`
+writes the README's chat example. `--where-from MODEL` presses "where from" under MODEL's compare answer first
+(its spans marked in each served model's training data):
 
     python scripts/screenshot_chat_page.py runs/nano2 --compare "You are immortal" --ask \
         --where-from nano2-stage2_alignment --max-tokens 24 --size 1200,860 --output where-from.png
@@ -21,6 +24,11 @@ import shutil
 import sys
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from picture_sidecar import write_sidecar  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +56,8 @@ def main() -> None:
     from nemotron.serve.engine import Engine
     from nemotron.serve.models import expand_run, load_served
 
-    served = [load_served(found) for m in args.models for found in expand_run(m)]
+    folders = [found for m in args.models for found in expand_run(m)]
+    served = [load_served(found) for found in folders]
     app = create_app([(m, Engine(m.model, m.tokenizer, stop_token_ids=m.stop_token_ids)) for m in served])
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
@@ -94,10 +103,26 @@ def main() -> None:
             ActionChains(driver).move_to_element(last.find_elements(By.CSS_SELECTOR, ".tok")[args.hover]).perform()
             time.sleep(0.3)
         driver.save_screenshot(args.output)
+        answers = page_answers(driver, By)
     finally:
         driver.quit()
         server.should_exit = True
-    print(f"screenshot written to {args.output}", file=sys.stderr)
+    sidecar = write_sidecar(args.output, folders, answers=answers)
+    print(f"screenshot written to {args.output}, what it shows to {sidecar}", file=sys.stderr)
+
+
+def page_answers(driver, by) -> list[dict[str, str]]:
+    """Every answer on the page, in order: {"asked": the user's message before it, "model", "answer"}."""
+    answers, asked = [], ""
+    for turn in driver.find_elements(by.CSS_SELECTOR, "#log > .turn"):
+        classes = turn.get_attribute("class").split()
+        if "user" in classes:
+            asked = turn.find_element(by.CSS_SELECTOR, ".text").get_attribute("textContent")
+            continue
+        for answer in ([turn] if "assistant" in classes else turn.find_elements(by.CSS_SELECTOR, ".turn.assistant")):
+            answers.append({"asked": asked, "model": answer.find_element(by.CSS_SELECTOR, ".who").text,
+                            "answer": answer.find_element(by.CSS_SELECTOR, ".text").get_attribute("textContent")})
+    return answers
 
 
 if __name__ == "__main__":

@@ -8,7 +8,15 @@ import math
 import pytest
 
 from nemotron.errors import NemotronError
-from nemotron.evaluation.lessons import LESSON_FIELDS, changed_answers, flipped, lesson, lesson_items, verdict
+from nemotron.evaluation.lessons import (
+    LESSON_FIELDS,
+    changed_answers,
+    flipped,
+    lesson,
+    lesson_items,
+    pooled_lesson,
+    verdict,
+)
 
 
 def test_the_gain_is_the_mean_paired_difference_with_its_standard_error():
@@ -77,3 +85,23 @@ def test_the_kept_items_give_back_the_lesson_and_compare_two_runs_item_for_item(
     change = lesson("m", items["after"], lesson_items(base, run_b)["after"])  # run b against run a, paired
     assert change["gain"] == pytest.approx(-2 / 6) and verdict(change) == "no clear change"  # 2 of 6 flipped
 
+
+
+def test_a_pooled_lesson_weighs_every_token_the_same_with_the_ratio_standard_error():
+    """Per-item sums over different token counts: before and after are sums over all tokens (a one-token item
+    weighs a tenth of a ten-token one), and the standard error is the ratio estimator's, which is the plain
+    paired one when every item has the same count."""
+    import numpy as np
+
+    before, after, counts = [20.0, 3.0, 9.0], [10.0, 2.0, 6.0], [10, 1, 4]
+    record = pooled_lesson("nll", before, after, counts)
+    assert tuple(record) == LESSON_FIELDS
+    assert (record["before"], record["after"], record["gain"], record["n"]) == pytest.approx((32 / 15, 18 / 15,
+                                                                                              14 / 15, 3))
+    residuals = np.array([10.0, 1.0, 3.0]) - 14 / 15 * np.array(counts)
+    assert record["standard_error"] == pytest.approx(math.sqrt(3 / 2 * (residuals**2).sum()) / 15)
+    even = pooled_lesson("nll", [4.0, 6.0, 3.0], [2.0, 2.0, 2.0], [2, 2, 2])  # per token: 2, 3, 1.5 -> 1, 1, 1
+    plain = lesson("nll", [2.0, 3.0, 1.5], [1.0, 1.0, 1.0], higher_is_better=False)
+    assert even == pytest.approx(plain)
+    with pytest.raises(NemotronError, match="token counts"):
+        pooled_lesson("nll", before, after, [1, 2])

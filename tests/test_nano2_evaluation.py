@@ -32,6 +32,8 @@ from nemotron.data_prep.preference import read_pairs, reference_pairs, tokenize_
 from nemotron.data_prep.tokenizer import EOS_ID, load_tokenizer, train_tokenizer
 from nemotron.data_prep.verifiable import read_problems
 from nemotron.errors import NemotronError
+from nemotron.evaluation.chat import conversation_targets
+from nemotron.evaluation.lessons import lesson as lesson_of
 from nemotron.models.nano2 import build_config, build_model
 from nemotron.recipes.nano2.artifacts import DPOCheckpoint, PretrainCheckpoint, PretrainDataset, SFTCheckpoint
 from nemotron.recipes.nano2.stage0_pretrain import evaluation as stage0
@@ -267,20 +269,27 @@ def test_stage1_scores_base_and_sft_side_by_side(stage0_inputs, stage1_inputs, s
     assert results.sft_answer_accuracy_mutual_info > results.base_answer_accuracy_mutual_info
     assert metrics["sft_answer_accuracy_mutual_info"] == results.sft_answer_accuracy_mutual_info
     assert metrics["sft_completion_perplexity"] == pytest.approx(math.exp(results.sft_completion_nll))
-    # The lesson: per held-out conversation, base -> SFT answer NLL (lower is better, so gain = before - after).
-    lesson = metrics["lesson"]
-    assert lesson["n"] == HELD_OUT and lesson["gain"] == pytest.approx(lesson["before"] - lesson["after"])
-    assert lesson["gain"] > 2 * lesson["standard_error"] > 0
     # The skill: greedy answers to held-out problems, checked, and the exact chance of a right answer.
     assert metrics["sft_skill_num_problems"] == HELD_OUT
     assert metrics["sft_skill_accuracy"] >= 0.75 and metrics["sft_skill_accuracy"] > metrics["base_skill_accuracy"]
     assert metrics["sft_skill_p_right"] > metrics["base_skill_p_right"] + 0.3
     assert all(0 <= metrics[f"{name}_skill_{key}"] <= 1 for name in ("base", "sft")
                for key in ("accuracy", "p_right", "p_near_miss"))
-    changed = metrics["changed_answers"]  # held-out problems whose greedy answer SFT made right, or wrong
-    moved = (metrics["sft_skill_accuracy"] - metrics["base_skill_accuracy"]) * HELD_OUT
-    assert changed["num_fixed"] - changed["num_broken"] == round(moved) and changed["num_fixed"] > 0
-    assert all(row["after"] == row["expected"] != row["before"] for row in changed["fixed"])
+    # The lesson is that skill: per held-out problem, base -> SFT, the chance of a right answer (paired).
+    lesson = metrics["lesson"]
+    assert lesson["n"] == HELD_OUT and lesson["gain"] == pytest.approx(lesson["after"] - lesson["before"])
+    assert (lesson["before"], lesson["after"]) == pytest.approx((metrics["base_skill_p_right"],
+                                                                 metrics["sft_skill_p_right"]))
+    assert lesson["gain"] > 2 * lesson["standard_error"] > 0
+    assert lesson_of(lesson["measure"], **metrics["lesson_items"]) == lesson  # bench_sft_length's items
+    # The chat beside it: the chats' answer content without <|im_end|>, pooled over tokens (lower is better).
+    chat = metrics["chat"]
+    assert (chat["before"], chat["after"]) == pytest.approx((metrics["base_content_nll"], metrics["sft_content_nll"]))
+    assert chat["gain"] == pytest.approx(chat["before"] - chat["after"]) and chat["gain"] > 2 * chat["standard_error"]
+    # The answers it changed: the problems whose chance of a right answer SFT raised (lowered) most.
+    changed = metrics["changed_answers"]
+    assert changed["num_fixed"] > changed["num_broken"] and len(changed["fixed"]) == min(5, changed["num_fixed"])
+    assert all(row["after"].startswith("right ") and row["expected"] for row in changed["fixed"])
     # The completion-only NLL counts assistant tokens (answer + <|im_end|>) and nothing else.
     tokenizer = load_tokenizer(checkpoint.model_dir)
     conversations = read_conversations(dataset.test_conversations)[:HELD_OUT]
@@ -288,6 +297,10 @@ def test_stage1_scores_base_and_sft_side_by_side(stage0_inputs, stage1_inputs, s
                                                 for c in conversations)
     samples = json.loads(results.samples_path.read_text())  # chat questions (the skill has its own measures)
     chats = [c for c in read_conversations(dataset.test_conversations) if c["category"] != sft_curation.SKILL_CATEGORY]
+    # The content NLL's targets: the same, less one <|im_end|> per assistant turn.
+    full, content = (conversation_targets(tokenizer, chats[:3], content_only=only)[1] for only in (False, True))
+    assert [f.sum() - c.sum() for f, c in zip(full, content)] == [
+        sum(m["role"] == "assistant" for m in c["messages"]) for c in chats[:3]]
     questions = [s["prompt"] for s in samples]
     assert len(set(questions)) == 4 and questions[0] == chats[0]["messages"][0]["content"]
 

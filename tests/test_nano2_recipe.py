@@ -9,6 +9,7 @@ training, real evaluation.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -107,6 +108,7 @@ def test_report_card_says_which_way_is_better_and_shows_what_each_model_says(rec
     assert did_it_work.count("helped: gain > 2 SE") == 3, did_it_work
     skill = did_it_work[did_it_work.index("### The skill, stage by stage"):]
     assert "| chance of the teacher's mistake (the near miss) |" in skill and "near_miss" in skill, skill
+    assert "| chat: the answers' NLL, content tokens only" in skill, skill  # beside SFT's lesson, measured fairly
     rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ")]
     directions = {cells[0].strip(): cells[1].strip() for cells in rows if len(cells) == 5}
     assert directions["completion_nll"] == "lower" and directions["answer_accuracy_mutual_info"] == "higher"
@@ -191,9 +193,14 @@ def test_every_evaluation_states_its_lesson_and_every_stage_teaches(recipe):
         assert lesson["gain"] > 2 * lesson["standard_error"], f"{kind}: the stage did not teach: {lesson}"
     stage0 = recipe.artifacts["pretrainresults"]["metrics"]["lesson"]
     assert stage0["before"] > stage0["after"]  # the unigram's loss above the model's: pretraining taught
-    # SFT keeps the per-conversation values its lesson came from (bench_sft_length compares runs item for item).
+    # SFT's lesson is the skill, as DPO's: the chance of a right answer, base -> SFT; it keeps the per-problem
+    # values (bench_sft_length compares runs item for item). The chat beside it, without the template's
+    # <|im_end|>, which the base never saw: the base model reads the chats' answers better than a uniform guess.
     sft = recipe.artifacts["sftresults"]["metrics"]
-    assert lesson_of(sft["lesson"]["measure"], **sft["lesson_items"], higher_is_better=False) == sft["lesson"]
+    assert sft["lesson"]["after"] == pytest.approx(sft["sft_skill_p_right"])
+    assert lesson_of(sft["lesson"]["measure"], **sft["lesson_items"]) == sft["lesson"]
+    vocab = recipe.artifacts["sftdataset"]["vocab_size"]
+    assert sft["chat"]["after"] < sft["chat"]["before"] < math.log(vocab), sft["chat"]
     for kind in ("sftresults", "dporesults"):
         changed = recipe.artifacts[kind]["metrics"]["changed_answers"]
         assert len(changed["fixed"]) == min(5, changed["num_fixed"]), changed

@@ -2,7 +2,9 @@
 
 Each results block must be exactly what the script draws from the data stored beside it, and the
 "Expected results" section of each recipe README may state no figure outside those blocks: a figure typed
-by hand (or a table edited after the script wrote it) fails here.
+by hand (or a table edited after the script wrote it) fails here. The pictures of a run (the chat page, the
+run browser) must come from the run of nano2's Expected-results block (their sidecars' digests), and the top
+README's chat example must be what the chat page picture shows.
 """
 
 import importlib.util
@@ -110,3 +112,85 @@ def test_the_moe_dense_block_gives_each_run_and_the_median_and_spread_over_runs(
     assert ("Same tokens, over 3 runs: median -0.0300 nats/token (from -0.0500 to -0.0100); in standard errors, "
             "median -3.0 (from -5.0 to -1.0).") in drawn
     assert "Same training time, over 3 runs: median -0.0100 nats/token (from -0.0300 to +0.0100)" in drawn
+def test_the_lessons_over_seeds_show_the_median_its_spread_and_the_median_ratio_per_stage():
+    """issue 58: a headline over seeds is the median and the spread, not the best run."""
+    def run(seed, threads, gain, error, greedy):
+        return {"recipe": "nano2", "seed": seed, "threads": threads, "step_seconds": 100.0, "load_average": 1.0,
+                "greedy": {"base": 0.0, "SFT": greedy}, "lessons": {"SFT": {
+                    "measure": "chance", "before": 0.0, "after": gain, "gain": gain, "standard_error": error,
+                    "n": 500}}}
+    data = {"date": "2026-12-07", "runs": [run(0, 2, 0.5, 0.01, 0.8), run(1, 2, 0.3, 0.02, 0.5),
+                                           run(2, 2, 0.4, 0.1, 0.7), run(0, 1, 0.5, 0.01, 0.8)]}
+    drawn = readme_results.render("lessons", data)
+    # two threads, seeds 0-2: gains 0.3, 0.4, 0.5 (median 0.4); ratios 50, 15, 4 (median 15, lowest 4)
+    assert "| SFT | chance | 2 | 0-2 | +0.4 | +0.3 to +0.5 | 15.0 | 4.0 | 3 of 3 |" in drawn, drawn
+    assert "| SFT | chance | 1 | 0 | +0.5 | +0.5 to +0.5 | 50.0 | 50.0 | 1 of 1 |" in drawn, drawn
+    assert "over the 4 runs: base 0 (0 to 0), SFT 0.75 (0.5 to 0.8)." in drawn, drawn
+    assert "| 1 | 2 | +0.3 ± 0.02 (15.0 SE) |" in drawn  # and each run below
+    assert [readme_results.seed_list(s) for s in ([0, 1, 2, 3], [0, 2, 3], [0, 1, 5, 6, 7])] == [
+        "0-3", "0, 2, 3", "0, 1, 5-7"]
+
+
+def test_runs_that_measured_a_stage_in_two_ways_are_refused(tmp_path):
+    """A lessons file mixing runs from before and after a stage's measure changed is one clear error."""
+    runs = [{"recipe": "nano2", "seed": seed, "threads": 2, "step_seconds": 1.0, "load_average": 0.0,
+             "lessons": {"SFT": {"measure": measure, "before": 0.0, "after": 1.0, "gain": 1.0, "standard_error": 0.1,
+                                 "n": 9}}} for seed, measure in ((0, "answer NLL"), (1, "chance of a right answer"))]
+    source = tmp_path / "lessons.json"
+    source.write_text(json.dumps({"date": "2026-12-07", "runs": runs}))
+    with pytest.raises(SystemExit, match="measured nano2's SFT lesson in 2 ways"):
+        readme_results.main(["nano2", "lessons", str(source)])
+
+
+def test_nano2_expected_results_show_the_skill_model_by_model_and_the_fair_chat_nll():
+    data = {"date": "2026-12-07", "commit": "abc", "dirty": False, "seed": 0, "threads": 2, "torch": "2",
+            "matmul_gflops": 1, "lessons": [], "step_seconds": [], "total_seconds": 0,
+            "skill": [{"model": m, "p_right": [p, 0.01], "accuracy": [a, 0.02], "p_near_miss": [0.1, 0.005]}
+                      for m, p, a in (("base", 0.0, 0.0), ("SFT", 0.57, 0.79), ("DPO", 0.65, 0.85))],
+            "chat": {"measure": "content NLL", "before": 7.4, "after": 4.6, "gain": 2.8, "standard_error": 0.1,
+                     "n": 102}}
+    drawn = readme_results.render("expected", data)
+    assert "| chance of a right answer (exact) | 0 ± 0.01 | 0.57 ± 0.01 | 0.65 ± 0.01 |" in drawn, drawn
+    assert "| greedy answer right | 0 ± 0.02 | 0.79 ± 0.02 | 0.85 ± 0.02 |" in drawn, drawn
+    assert "the chat: content NLL: 7.4 -> 4.6, +2.8 ± 0.1 (102 chats)." in drawn, drawn
+
+
+def expected_data(recipe: str) -> dict:
+    text = readme_results.README[recipe].read_text(encoding="utf-8")
+    return next(json.loads(m["data"]) for m in readme_results.BLOCK.finditer(text) if m["name"] == "expected")
+
+
+@pytest.mark.parametrize("picture", sorted(readme_results.PICTURES))
+def test_each_picture_comes_from_the_run_in_expected_results(picture):
+    """issue 58: the chat page and the run browser pictures are made from the run whose numbers the README shows
+    (their sidecars' digests are that run's, step for step)."""
+    sidecar = REPO / f"{picture}.json"
+    assert sidecar.is_file(), f"{picture} has no sidecar: make it with its script from the Expected-results run"
+    recipe = readme_results.PICTURES[picture]
+    mismatches = readme_results.picture_mismatches(json.loads(sidecar.read_text()), expected_data(recipe))
+    assert not mismatches, (f"{picture} comes from another run than {recipe}'s Expected results:\n"
+                            + "\n".join(mismatches))
+
+
+def test_a_picture_from_another_run_fails_the_check():
+    expected = {"digests": {"stage1_sft/training": "a" * 64, "stage2_alignment/training": "b" * 64}}
+    same = {"digests": {"stage1_sft/training": "a" * 64}}
+    assert readme_results.picture_mismatches(same, expected) == []
+    other = {"digests": {"stage1_sft/training": "c" * 64, "stage0_pretrain/training": "d" * 64}}
+    assert readme_results.picture_mismatches(other, expected) == [
+        f"stage1_sft/training: the picture shows {'c' * 12}, Expected results' run has {'a' * 12}",
+        f"stage0_pretrain/training: the picture shows {'d' * 12}, Expected results' run has no such step"]
+    assert readme_results.picture_mismatches(same, {}) != []  # a block that records no digests matches nothing
+
+
+def test_the_top_readme_chat_example_is_what_the_chat_page_picture_shows():
+    """README.md's chat example is drawn by the script from the chat page picture's sidecar (its answers, as the
+    page showed them), so it comes from the same run as the picture."""
+    text = readme_results.TOP_README.read_text(encoding="utf-8")
+    block = next((m for m in readme_results.BLOCK.finditer(text) if m["name"] == "chat_page"), None)
+    assert block is not None, ("README.md has no drawn chat_page block: python scripts/readme_results.py top "
+                               "chat_page docs/chat-page.png.json")
+    data = json.loads(block["data"])
+    assert block["table"] == readme_results.render("chat_page", data)
+    assert data == json.loads((REPO / "docs" / "chat-page.png.json").read_text()), (
+        "README.md's chat example is not the chat page picture's; re-run readme_results.py top chat_page")

@@ -7,7 +7,9 @@ TEST conversations, so the numbers of the base, SFT and DPO models sit side by s
   NLL of exactly the tokens SFT trains on (assistant content plus its `<|im_end|>`, in the nano2 chat
   format), with the user turns and template markers as context only. This is the SFT loss itself,
   measured on conversations never trained on (InstructGPT, Ouyang et al., 2022, and Tulu report it the
-  same way). A base model that never saw the chat format scores badly; that gap is what SFT buys.
+  same way). `content_only=True` leaves the template's `<|im_end|>` out of the targets: the measure for a
+  model that never saw the chat markers (stage 0's base), whose pretraining pushed their logits down, so
+  that each end of turn costs it far more than a uniform guess would (stage-1 evaluation: why).
 - `answer_items(conversations, num_distractors, seed)` and `answer_accuracy(model, tokenizer, items)`:
   each held-out question becomes a multiple-choice item, its true answer against `num_distractors`
   seeded answers to other questions, scored by log-likelihood the way lm-evaluation-harness scores
@@ -27,6 +29,7 @@ TEST conversations, so the numbers of the base, SFT and DPO models sit side by s
   held-out problem, the greedy answer and whether the checker accepts it, and the probability that the
   model writes the right answer (then ends its turn): the chance that ONE SAMPLED answer is right, computed
   exactly from the log-probs instead of estimated by sampling; the same for the teacher's mistake.
+  `chances(scores, i, near_miss)`: problem i of those scores as a report card's cell.
 
 A question/answer pair is a conversation's first user message and the assistant reply that follows it.
 """
@@ -57,9 +60,10 @@ UNCONDITIONAL_QUESTION = "Answer:"
 
 
 def conversation_targets(
-    tokenizer, conversations: Sequence[Conversation]
+    tokenizer, conversations: Sequence[Conversation], *, content_only: bool = False
 ) -> tuple[list[list[int]], list[np.ndarray]]:
-    """(token ids, loss mask over targets) per conversation; the mask covers assistant tokens only.
+    """(token ids, loss mask over targets) per conversation; the mask covers assistant tokens only (with
+    `content_only`, their content alone: each turn's closing `<|im_end|>` is left out).
 
     `tokenize_conversation` marks token i when token i is trained on; scoring predicts token i + 1 from
     tokens 0..i, so the mask over the targets `ids[1:]` is the token mask without its first entry.
@@ -69,8 +73,11 @@ def conversation_targets(
         ids, token_mask = tokenize_conversation(
             tokenizer, conversation["messages"], "assistant", conversation_id=conversation.get("id")
         )
+        mask = np.asarray(token_mask[1:], dtype=bool)
+        if content_only:
+            mask &= np.asarray(ids[1:]) != IM_END_ID
         windows.append(ids)
-        masks.append(np.asarray(token_mask[1:], dtype=bool))
+        masks.append(mask)
     return windows, masks
 
 
@@ -84,12 +91,14 @@ def completion_nll(
 
 
 def conversation_nll(
-    model: torch.nn.Module, tokenizer, conversations: Sequence[Conversation], *, batch_size: int = 16
+    model: torch.nn.Module, tokenizer, conversations: Sequence[Conversation], *, batch_size: int = 16,
+    content_only: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per conversation: the summed NLL (nats) of its assistant tokens, and how many there were."""
+    """Per conversation: the summed NLL (nats) of its assistant tokens (`content_only`: without the template's
+    `<|im_end|>`), and how many there were."""
     if not conversations:
         raise NemotronError("no conversations to score; the held-out TEST split is empty")
-    windows, masks = conversation_targets(tokenizer, conversations)
+    windows, masks = conversation_targets(tokenizer, conversations, content_only=content_only)
     return window_nll(model, windows, loss_masks=masks, batch_size=batch_size)
 
 
@@ -176,3 +185,10 @@ def skill_metrics(name: str, scores: dict) -> dict:
         out[f"{name}_skill_{key}"] = float(values.mean())
         out[f"{name}_skill_{key}_stderr"] = float(values.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
     return out
+
+
+def chances(scores: dict, i: int, near_miss: str) -> str:
+    """Problem i as a report-card cell: the chance of the right answer and of the teacher's near miss, and
+    the greedy answer (`scores`: a `skill_scores` result)."""
+    return (f"right {scores['p_right'][i]:.0%}, {near_miss} (the near miss) {scores['p_near_miss'][i]:.0%}; "
+            f"greedy {scores['greedy'][i]!r}")

@@ -10,10 +10,12 @@ the record every evaluation artifact keeps as `metrics["lesson"]`:
 `before` and `after` are the means over the items; `gain` is positive when the stage helped (after -
 before for a higher-is-better measure, before - after for a lower-is-better one); the standard error is
 the paired one, from the per-item differences (the same items, so most item-to-item variation cancels):
-std(difference, ddof=1) / sqrt(n). `verdict(lesson)` reads it in words, and `flipped(...)` picks, by
-a fixed rule (the first `k` in item order), the held-out items whose correctness this stage changed:
-the answers it fixed and the ones it broke; `changed_chances(...)` does the same for a lesson that is a
-probability (the items whose chance of a right answer moved most).
+std(difference, ddof=1) / sqrt(n). `pooled_lesson(measure, before_sums, after_sums, counts)` is the same record
+for a measure pooled over the items' tokens (a mean NLL per token: every token weighs the same, not every
+item), its paired standard error that of a ratio of sums. `verdict(lesson)` reads it in words, and
+`flipped(...)` picks, by a fixed rule (the first `k` in item order), the held-out items whose correctness
+this stage changed: the answers it fixed and the ones it broke; `changed_chances(...)` does the same for
+a lesson that is a probability (the items whose chance of a right answer moved most).
 """
 
 from __future__ import annotations
@@ -51,6 +53,27 @@ def lesson(measure: str, before: Sequence[float], after: Sequence[float], *, hig
         "standard_error": standard_error,
         "n": n,
     }
+
+
+def pooled_lesson(measure: str, before_sums: Sequence[float], after_sums: Sequence[float], counts: Sequence[int],
+                  *, higher_is_better: bool = False) -> dict:
+    """The lesson record of a per-token measure pooled over items (item i: the two models' sums over its
+    `counts[i]` tokens): before and after are sum / total count, so a short item weighs as little as its
+    tokens. The paired standard error is the ratio estimator's (the delta method, as for a cluster sample):
+    with d_i the item's summed difference and g the gain, sqrt(n / (n - 1) * sum((d_i - g * count_i)^2)) /
+    sum(count_i)."""
+    weights = np.asarray(counts, dtype=np.float64)
+    record = lesson(measure, before_sums, after_sums, higher_is_better=higher_is_better)  # checks the shapes
+    if len(weights) != record["n"] or weights.sum() <= 0:
+        raise NemotronError(f"lesson {measure!r}: {len(weights)} token counts for {record['n']} items, "
+                            f"{weights.sum():g} tokens in all; pass each item's scored tokens")
+    before, after = np.asarray(before_sums, dtype=np.float64), np.asarray(after_sums, dtype=np.float64)
+    difference = after - before if higher_is_better else before - after
+    gain = float(difference.sum() / weights.sum())
+    n = record["n"]
+    spread = float(np.sum((difference - gain * weights) ** 2))
+    return {**record, "before": float(before.sum() / weights.sum()), "after": float(after.sum() / weights.sum()),
+            "gain": gain, "standard_error": math.sqrt(n / (n - 1) * spread) / float(weights.sum()) if n > 1 else 0.0}
 
 
 def lesson_items(before: Sequence[float], after: Sequence[float]) -> dict:

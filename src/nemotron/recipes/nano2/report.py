@@ -110,16 +110,23 @@ def lesson_lines(artifacts: list[dict[str, Any]]) -> list[str]:
            f"\"Which is the largest\" on {sft.get('sft_skill_num_problems')} held-out problems. The SFT teacher "
            f"answered {fmt(data.get('teacher_error_share', ''))} of its demonstrations with the second-largest "
            "number (a near miss); SFT learns it as a habit of its samples, and DPO, trained on pairs of the SFT "
-           "model's own answers judged by the checker, pushes it down. Each value ± its standard error.", "",
+           "model's own answers judged by the checker, pushes it down. Each value ± its standard error. The "
+           "chat rows leave the skill's chats out; the base model is scored without the template's end-of-turn "
+           "marker, which it never saw in pretraining.", "",
            "| measure | base | SFT | DPO |", "|---|---|---|---|"]
     for label, key in rows:
         md.append(f"| {label} | " + " | ".join(
             f"{fmt(m[f'{name}_{key}'])} ± {m[f'{name}_{key}_stderr']:.2g}" if f"{name}_{key}" in m else ""
             for name, m in (("base", sft), ("sft", sft), ("dpo", dpo))) + " |")
+    if isinstance(chat := sft.get("chat"), dict):  # stage 1's chat measure, fair to a base that never saw <|im_end|>
+        md.append(f"| chat: the answers' NLL, content tokens only (the end-of-turn marker left out, lower is "
+                  f"better) | {fmt(chat['before'])} | {fmt(chat['after'])} "
+                  f"({chat['gain']:+.3g} ± {chat['standard_error']:.2g}) | |")
     if dpo:
         md += [f"| held-out pairs: right answer above the near miss (per token) | | "
                f"{fmt(dpo.get('sft_preference_accuracy', ''))} | {fmt(dpo.get('dpo_preference_accuracy', ''))} |",
-               f"| chat: completion NLL on the stage-1 test chats, the skill's left out (lower is better) | | "
+               f"| chat: completion NLL (with the end-of-turn marker: SFT's loss) on the stage-1 test chats, the "
+               f"skill's left out (lower is better) | | "
                f"{fmt(dpo.get('sft_completion_nll', ''))} | {fmt(dpo.get('dpo_completion_nll', ''))} |", "",
                f"DPO's implicit reward on the held-out pairs (beta {fmt(dpo.get('beta', ''))}): accuracy "
                f"{fmt(dpo.get('reward_accuracy', ''))}, margin {fmt(dpo.get('reward_margin', ''))}. Its training "

@@ -1,21 +1,29 @@
 """Stage 1, step 3: evaluate the SFT model next to the stage-0 base model it was fine-tuned from.
 
-Both models are scored in the same run on the same held-out TEST conversations of the SFT dataset
-(questions that never appear in SFT training; see stage-1 data curation), so the gap between the
-`base_*` and `sft_*` metrics is what supervised fine-tuning bought:
+Both models are scored in the same run on the same held-out TEST data of the SFT dataset (questions that
+never appear in SFT training; see stage-1 data curation), so the gap between the `base_*` and `sft_*` metrics
+is what supervised fine-tuning bought:
+- the skill (stage-1 curation's skill problems), the lesson: per held-out problem, the exact chance that a
+  sampled answer is right (the right number, then `<|im_end|>`, computed from the log-probs), base -> SFT,
+  paired, as stage 2 measures DPO; the greedy answer checked; the chance of the teacher's near miss
+  (`nemotron.evaluation.chat.skill_scores`);
+- the chat (chatterbot's held-out chats, the skill's left out), beside it: the NLL of the answers' content
+  tokens, pooled over the tokens, base -> SFT (`metrics["chat"]`, paired). The template's `<|im_end|>` is
+  left out because the base model never saw it: pretrained on Shakespeare alone, it learnt to give the
+  chat markers almost no probability, so each end of turn costs it several times a uniform guess over
+  the vocabulary. Counted in, as the lesson once was (the SFT loss, per conversation), it put the base
+  model below a uniform guess, and most of SFT's "gain" was learning that a turn ends;
 - completion-only NLL: mean NLL of the assistant tokens (answer + `<|im_end|>`) given the chat so far,
-  in the nano2 chat format; the SFT training loss itself, on unseen conversations. Its perplexity too;
+  over all held-out conversations: the SFT training loss itself, on unseen ones. Its perplexity too;
 - answer accuracy: each held-out question as a multiple-choice item, its true answer against 3 seeded
   answers to other questions, scored by log-likelihood as lm-evaluation-harness scores MMLU (`acc`,
   and `acc_norm` divided by answer length in characters), and `acc_mutual_info` (Holtzman et al., 2021):
   log p(answer | question) minus log p(answer | "Answer:"). Chance is 25%. The mutual-info accuracy is the
-  headline (`*_answer_accuracy_mutual_info`; why, measured: at the items in `main`);
-- the skill (stage-1 curation's skill chats): per held-out problem, the greedy answer checked and the
-  exact chance that a sampled answer is right (`nemotron.evaluation.chat.skill_scores`);
+  headline of the answer test (`*_answer_accuracy_mutual_info`; why, measured: at the items in `main`);
 - a few greedy chat answers of both models to the same held-out questions (samples.json: prompt,
   completion of the SFT model, base_completion), so a reader sees what SFT changed.
-The lesson is each held-out conversation's answer NLL, base -> SFT (paired); the changed answers, the
-skill problems whose greedy answer SFT made right (or wrong). With `--harness lm_eval`,
+The answers table: the held-out skill problems whose chance of a right answer SFT raised (or lowered) most.
+With `--harness lm_eval`,
 lm-evaluation-harness 0.4.13 scores the same multiple-choice items as a local task (`nano2_answers`) for
 both models, plus any standard `--benchmarks` whose data is in the local Hugging Face cache
 (`nemotron.evaluation.harness`; a test checks lm-eval's numbers equal ours on the same requests).
@@ -51,7 +59,8 @@ FULL_EVAL_CONVERSATIONS = 100_000
 
 @dataclass
 class Config(ChatEvaluationSettings):
-    """Completion-only NLL and answer accuracy of the SFT model and its base model, plus chat samples."""
+    """The skill (chance of a right answer), chat NLL and answer accuracy of the SFT model and its base model,
+    plus chat samples."""
 
     dataset_path: Path | None = None
     """The SFTDataset whose TEST conversations are scored; default: stdin, else the checkpoint's lineage."""
@@ -70,6 +79,7 @@ def main(config: Config) -> SFTResults:
     from nemotron.evaluation.chat import (
         answer_accuracy,
         answer_items,
+        chances,
         chat_samples,
         conversation_nll,
         sample_questions,
@@ -78,7 +88,7 @@ def main(config: Config) -> SFTResults:
     )
     from nemotron.evaluation.harness import chat_choice_task
     from nemotron.evaluation.language_modeling import mean_nll, perplexity
-    from nemotron.evaluation.lessons import changed_answers, lesson, lesson_items
+    from nemotron.evaluation.lessons import changed_chances, lesson, lesson_items, pooled_lesson
 
     # --- inputs: the SFT checkpoint, its dataset and its base model ---
     evaluation = EvaluationRun(config, SFTCheckpoint)  # refuses bad --harness/--benchmarks first
@@ -114,17 +124,21 @@ def main(config: Config) -> SFTResults:
     problems = read_problems(dataset.test_problems, limit)  # the skill's held-out problems
 
     # --- evaluate: the same numbers for both models, one model after the other ---
-    # Per model: (completion NLL, completion tokens), the answer test's MCResult, the greedy samples, the tokenizer.
+    # Per model: (completion NLL, completion tokens), the chats' content NLL (per-chat sums, counts), the answer
+    # test's MCResult, the greedy samples, the skill's scores, the tokenizer.
     metrics: dict = {}
-    nll_by_model, answers_by_model, samples_by_model, tokenizers, per_conversation, skill = {}, {}, {}, {}, {}, {}
+    nll_by_model, content, answers_by_model, samples_by_model, skill, tokenizers = {}, {}, {}, {}, {}, {}
     for name, model, tokenizer in evaluation.models(base=base, sft=checkpoint):
         tokenizers[name] = tokenizer  # for the lm-eval task below
-        sums, counts = conversation_nll(model, tokenizer, conversations, batch_size=config.batch_size)
-        nll_by_model[name], per_conversation[name] = mean_nll(sums, counts), sums / counts
+        nll_by_model[name] = mean_nll(*conversation_nll(model, tokenizer, conversations,
+                                                        batch_size=config.batch_size))
+        # the chat without the template's <|im_end|> (the base model never saw it: the module docstring)
+        content[name] = conversation_nll(model, tokenizer, chats, batch_size=config.batch_size, content_only=True)
         answers_by_model[name] = answer_accuracy(model, tokenizer, items, batch_size=config.batch_size)
         metrics |= {
             f"{name}_completion_nll": nll_by_model[name][0],
             f"{name}_completion_perplexity": perplexity(nll_by_model[name][0]),
+            f"{name}_content_nll": mean_nll(*content[name])[0],
             **answers_by_model[name].metrics(f"{name}_answer"),
         }
         samples_by_model[name] = chat_samples(model, tokenizer, questions,
@@ -138,17 +152,22 @@ def main(config: Config) -> SFTResults:
         metrics["lm_eval"] = evaluation.lm_eval([chat_choice_task("nano2_answers", tokenizers["sft"], items)],
                                                 {"base": base.model_dir, "sft": checkpoint.model_dir})
 
-    # --- the lesson and the answers it changed ---
+    # --- the lesson, the chat beside it, and the answers it changed ---
     num_tokens = nll_by_model["sft"][1]  # the SFT model's tokenizer (stage-0's, unchanged by SFT)
     metrics |= {"num_conversations": len(conversations), "num_completion_tokens": num_tokens}
-    # The lesson: each held-out conversation's answer NLL, base -> SFT (paired).
-    metrics["lesson"] = lesson("held-out answer NLL per conversation (nats/token), base -> SFT",
-                               per_conversation["base"], per_conversation["sft"], higher_is_better=False)
-    metrics["lesson_items"] = lesson_items(per_conversation["base"], per_conversation["sft"])  # bench_sft_length
-    # The answers it changed: held-out skill problems whose greedy answer SFT made right (or wrong).
-    metrics["changed_answers"] = changed_answers(skill["base"]["right"], skill["sft"]["right"], [
-        {"question": p["question"], "expected": p["answer"], "before": before, "after": after}
-        for p, before, after in zip(problems, skill["base"]["greedy"], skill["sft"]["greedy"])])
+    # The lesson: per held-out problem, the chance that a sampled answer is right, base -> SFT (paired); its
+    # per-problem values too, for bench_sft_length's paired comparison of two SFT lengths.
+    metrics["lesson"] = lesson("held-out chance of a right answer per problem (its exact probability), base -> SFT",
+                               skill["base"]["p_right"], skill["sft"]["p_right"])
+    metrics["lesson_items"] = lesson_items(skill["base"]["p_right"], skill["sft"]["p_right"])
+    # The chat beside it: the held-out chats' answer content, every token weighing the same (paired per chat).
+    metrics["chat"] = pooled_lesson("held-out chat answers' NLL (nats/token, their content tokens: the "
+                                    "end-of-turn marker left out), base -> SFT",
+                                    content["base"][0], content["sft"][0], content["sft"][1])
+    # The answers it changed: the held-out problems whose chance of a right answer SFT raised (lowered) most.
+    metrics["changed_answers"] = changed_chances(skill["base"]["p_right"], skill["sft"]["p_right"], [
+        {"question": p["question"], "expected": p["answer"], "before": chances(skill["base"], i, p["near_miss"]),
+         "after": chances(skill["sft"], i, p["near_miss"])} for i, p in enumerate(problems)])
 
     # --- save ---
     samples = [sft | {"base_completion": base["completion"]}

@@ -74,7 +74,14 @@ class Config(ChatEvaluationSettings):
 
 
 def main(config: Config) -> DPOResults:
-    from nemotron.evaluation.chat import chat_samples, conversation_nll, sample_questions, skill_metrics, skill_scores
+    from nemotron.evaluation.chat import (
+        chances,
+        chat_samples,
+        conversation_nll,
+        sample_questions,
+        skill_metrics,
+        skill_scores,
+    )
     from nemotron.evaluation.harness import preference_task
     from nemotron.evaluation.language_modeling import mean_nll
     from nemotron.evaluation.lessons import changed_chances, lesson
@@ -153,13 +160,6 @@ def main(config: Config) -> DPOResults:
         dpo_completion_nll=chat_nll["dpo"],
         num_pairs=len(problems),
     )
-
-
-def chances(scores: dict, i: int, near_miss: str) -> str:
-    """Problem i as a report-card cell: the chance of the right answer and of the teacher's near miss, and
-    the greedy answer."""
-    return (f"right {scores['p_right'][i]:.0%}, {near_miss} (the near miss) {scores['p_near_miss'][i]:.0%}; "
-            f"greedy {scores['greedy'][i]!r}")
 
 
 def pair_lengths(tokenizer, problems: list[dict]) -> tuple[list[int], list[int]]:
