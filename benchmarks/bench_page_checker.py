@@ -32,7 +32,8 @@ CONTRADICTIONS = [
      '    steps: per_scale("Optimizer steps", STEPS) = None\n',
      '    steps: int | None = None\n    """Optimizer steps; default per scale (tiny 200)."""\n'),
     ("nano3 stage 0 --steps help typed, another figure", f"{N3}/stage0_pretrain/training.py",
-     '    steps: per_scale("Optimizer steps (x DENSE_STEPS_PER_MOE_STEP with --dense)", STEPS) = None\n',
+     '    steps: per_scale("Optimizer steps (x DENSE_STEPS_PER_MOE_STEP with --dense, x MOE_STEP_TIME_RATIO with "\n'
+     '                     "--dense --equal-time)", STEPS) = None\n',
      '    steps: int | None = None\n    """Optimizer steps; default per scale (tiny 200)."""\n'),
     ("a help's per-scale count typed against apply_scale(FULL_PROBLEMS)", f"{N3}/stage2_rl/evaluation.py",
      '"""Held-out problems to score; default per scale (tiny 200).',
@@ -48,7 +49,7 @@ CONTRADICTIONS = [
     ("nano3 README: the dense model gets '1.5x the MoE steps' (1.0)", f"{N3}/README.md",
      "`DENSE_STEPS_PER_MOE_STEP` = 1x", "`DENSE_STEPS_PER_MOE_STEP` = 1.5x"),
     ("docs/performance.md: MoE and dense 'measured them equal' (28.7 s vs 19.5 s)", "docs/performance.md",
-     "the nano3 README's Expected results gives both steps' seconds",
+     "the nano3 README's Expected results gives the three runs' seconds",
      "idle, the nano3 README's recipe run (Expected results, 2026-11-27) measured them equal;"),
     ("nano3 stage 0: '~0.35 s per MoE step' (the run: 0.18 s)", f"{N3}/stage0_pretrain/training.py",
      "# Optimizer steps and window length per scale.",
