@@ -1,8 +1,8 @@
 """DPO's settings against each other: the held-out lesson of each variant, from one recipe run's pairs.
 
 Re-runs nano2's DPO step from a finished recipe run's judged pairs and SFT model with each variant's flags
-(`VARIANTS`: the default, a larger rate, the NLL of the chosen answers added, and that NLL alone with the
-DPO term all but off), evaluates each with the recipe's own stage-2 evaluation, and prints per variant the
+(`VARIANTS`: the default, DPO without the NLL of the chosen answers at its old lower rate and at the
+default's, the default at the lower rate, and the NLL alone with the DPO term all but off), evaluates each with the recipe's own stage-2 evaluation, and prints per variant the
 held-out chance of a right answer (the lesson: gain ± standard error), the chance of the teacher's near
 miss, the greedy accuracy and the chat's NLL (what the variant cost the rest).
 
@@ -27,11 +27,11 @@ from pathlib import Path
 from bench_sft_length import step
 
 VARIANTS = [
-    ("DPO (the default)", []),
-    ("DPO, lr 2e-4", ["--lr", "2e-4"]),
-    ("DPO + NLL of the chosen answers (--sft-weight 1)", ["--sft-weight", "1"]),
-    ("DPO + NLL of the chosen answers, lr 2e-4", ["--sft-weight", "1", "--lr", "2e-4"]),
-    ("the NLL alone (--sft-weight 1 --beta 1e-4: the DPO term all but off)", ["--sft-weight", "1", "--beta", "1e-4"]),
+    ("DPO + NLL of the chosen answers, lr 2e-4 (the default)", []),
+    ("plain DPO, lr 5e-5 (the default until 2026-12-07)", ["--sft-weight", "0", "--lr", "5e-5"]),
+    ("plain DPO, lr 2e-4", ["--sft-weight", "0"]),
+    ("DPO + NLL of the chosen answers, lr 5e-5", ["--lr", "5e-5"]),
+    ("the NLL alone (--beta 1e-4: the DPO term all but off)", ["--beta", "1e-4"]),
 ]
 
 
