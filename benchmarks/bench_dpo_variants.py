@@ -2,9 +2,10 @@
 
 Re-runs nano2's DPO step from a finished recipe run's judged pairs and SFT model with each variant's flags
 (`VARIANTS`: the default, DPO without the NLL of the chosen answers at its old lower rate and at the
-default's, the default at the lower rate, and the NLL alone with the DPO term all but off), evaluates each with the recipe's own stage-2 evaluation, and prints per variant the
-held-out chance of a right answer (the lesson: gain ± standard error), the chance of the teacher's near
-miss, the greedy accuracy and the chat's NLL (what the variant cost the rest).
+default's, the default at the lower rate, and the NLL alone with the DPO term all but off), evaluates each
+with the recipe's own stage-2 evaluation, and prints per variant the held-out chance of a right answer (the
+lesson: gain ± standard error), the chance of the teacher's near miss, the greedy accuracy and the chat's
+NLL (what the variant cost the rest).
 
     python -m nemotron.recipes.nano2 --scale tiny --output-dir runs/nano2       # the run to start from
     python benchmarks/bench_dpo_variants.py --run runs/nano2 --json dpo_variants.json

@@ -96,6 +96,11 @@ def expected_data(recipe: str, run: Path) -> dict:
             raise SystemExit(f"error: {run / LESSONS[recipe][1][1]} was evaluated before SFT's lesson became the "
                              "skill (it has no chat measure); run the recipe again at this commit")
         data |= nano2_skill(sft, dpo)
+    if recipe == "nano3":  # stage 0's own question: the MoE model against its dense counterparts
+        data["moe_against_dense"] = metadata(LESSONS[recipe][0][1])["metrics"].get("moe_against_dense")
+        if not data["moe_against_dense"]:
+            raise SystemExit(f"error: {run / LESSONS[recipe][0][1]} was evaluated without the dense counterparts; "
+                             "run the recipe again at this commit")
     # Every step's artifact digest: the run this block shows, which the pictures made from a run must match
     # (scripts/run_pictures.py writes them beside each picture; tests/test_readme_results.py compares).
     return data | {"digests": {step: art["digest"] for step in STEPS[recipe] if (art := metadata(step)) is not None}}
@@ -142,6 +147,8 @@ def moe_minus_dense(record: dict | None) -> str:
     difference, error = -record["gain"], record["standard_error"]
     ratio = f" ({difference / error:+.1f} SE)" if error else ""
     return f"{difference:+.4f} ± {error:.4f}{ratio}"
+
+
 def over_seeds(data: dict, stages: list[str]) -> list[str]:
     """The lessons block's summary: per stage and thread count, over the runs' seeds, the median gain, its
     spread (lowest and highest), the median and lowest gain/SE ratio, and how many runs taught (above 2 SE);
@@ -206,6 +213,15 @@ def render(name: str, data: dict) -> str:
             lines += ["", f"Beside SFT's lesson, the chat: {chat['measure']}: {figure(chat['before'])} -> "
                           f"{figure(chat['after'])}, {chat['gain']:+.4g} ± {chat['standard_error']:.2g} "
                           f"({chat['n']} chats)."]
+        if "moe_against_dense" in data:  # nano3: stage 0's answer, MoE minus dense at the same active parameters
+            against = data["moe_against_dense"]
+            lines += ["", "Stage 0's question, the MoE model against its dense counterpart of the same active "
+                      "parameters: the MoE's held-out loss minus the dense model's (nats/token), paired over the "
+                      f"same {against['equal_tokens']['n']} windows (negative: the MoE predicts better).", "",
+                      "| trained on | MoE steps | dense steps | MoE - dense ± SE |", "|---|---|---|---|"]
+            lines += [f"| {what} | {record['moe_steps']} | {record['dense_steps']} | {moe_minus_dense(record)} |"
+                      for budget, what in (("equal_tokens", "the same tokens"), ("equal_time", "the same time"))
+                      if (record := against.get(budget))]
         lines += ["", "| step | seconds |", "|---|---|"]
         lines += [f"| {step} | {seconds} |" for step, seconds in data["step_seconds"]]
         lines += [f"| **all steps** | **{data['total_seconds']}** |"]

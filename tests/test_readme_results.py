@@ -155,6 +155,24 @@ def test_nano2_expected_results_show_the_skill_model_by_model_and_the_fair_chat_
     assert "the chat: content NLL: 7.4 -> 4.6, +2.8 ± 0.1 (102 chats)." in drawn, drawn
 
 
+def test_nano3_expected_results_answer_stage_0s_question_with_its_standard_error():
+    """nano3 stage 0 asks whether the MoE beats its dense counterpart: the block draws both budgets' paired
+    differences (MoE minus dense, so the sign of `gain`, dense -> MoE, flips) and its ratio to the error."""
+    record = {"n": 39, "standard_error": 0.006, "moe_steps": 160}
+    data = {"date": "2026-12-07", "commit": "abc", "dirty": False, "seed": 0, "threads": 2, "torch": "2",
+            "matmul_gflops": 1, "lessons": [], "step_seconds": [], "total_seconds": 0,
+            "moe_against_dense": {"equal_tokens": {**record, "gain": 0.018, "dense_steps": 160},
+                                  "equal_time": {**record, "gain": -0.21, "dense_steps": 240}}}
+    drawn = readme_results.render("expected", data)
+    assert "paired over the same 39 windows" in drawn, drawn
+    assert "| the same tokens | 160 | 160 | -0.0180 ± 0.0060 (-3.0 SE) |" in drawn, drawn
+    assert "| the same time | 160 | 240 | +0.2100 ± 0.0060 (+35.0 SE) |" in drawn, drawn
+    text = readme_results.README["nano3"].read_text(encoding="utf-8")
+    shown = expected_data("nano3")
+    assert shown.get("moe_against_dense"), "nano3's Expected results does not answer stage 0's question"
+    assert "results:moe_dense" in expected_section(text), "nano3's Expected results lacks the MoE-vs-dense seeds"
+
+
 def expected_data(recipe: str) -> dict:
     text = readme_results.README[recipe].read_text(encoding="utf-8")
     return next(json.loads(m["data"]) for m in readme_results.BLOCK.finditer(text) if m["name"] == "expected")
