@@ -166,8 +166,10 @@ def test_dpo_writes_a_self_contained_model_metrics_and_lineage(inputs, trained):
     dataset, _ = inputs
     assert trained.metrics["validation_pairs"] == dataset.num_valid_pairs > 0
     assert trained.metrics["train_pairs"] == dataset.num_train_pairs
-    # Step 1: the policy IS the reference, so h = 0, the loss is log 2 and no reward is earned yet.
-    assert records[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    # Step 1: the policy IS the reference, so h = 0, DPO's term is log 2 and no reward is earned yet; the default
+    # adds the chosen answers' NLL per token (--sft-weight 1), logged alone as nll_loss.
+    assert trained.config["sft_weight"] == 1.0 and records[0]["nll_loss"] > 0
+    assert records[0]["loss"] == pytest.approx(math.log(2) + records[0]["nll_loss"], abs=1e-5)
     assert records[0]["reward_margin"] == pytest.approx(0.0, abs=1e-4)
     assert records[0]["lr"] == Config().lr and records[-1]["lr"] < records[0]["lr"]  # cosine (no warmup in 6 steps)
 
@@ -215,7 +217,10 @@ def test_same_config_and_seed_give_the_same_model_and_digest(inputs, trained, tm
 
 def test_dpo_learns_to_prefer_chosen_answers_on_held_out_pairs(inputs, tmp_path):
     dataset, sft = inputs
-    result = main(config(inputs, tmp_path / "learn", steps=40, lr=1e-3, eval_every=40, checkpoint_every=40))
+    # DPO's own term (--sft-weight 0): the recipe's default adds the NLL of the chosen answers, which raises both
+    # answers' implicit rewards (the shared tokens of a pair) and so measures something else.
+    result = main(config(inputs, tmp_path / "learn", steps=40, lr=1e-3, eval_every=40, checkpoint_every=40,
+                         sft_weight=0.0))
     tokenizer = load_tokenizer(dataset.tokenizer_dir)
     test = tokenize_pairs(tokenizer, read_pairs(dataset.test_pairs))  # pairs never trained on
     before = pair_logprobs(AutoModelForCausalLM.from_pretrained(sft.model_dir), *test)
@@ -235,8 +240,9 @@ def test_dpo_learns_to_prefer_chosen_answers_on_held_out_pairs(inputs, tmp_path)
     [("conservative", dict(label_smoothing=0.2), math.log(2)), ("ipo", dict(beta=0.5), 1.0)],
 )
 def test_loss_variants_start_from_their_value_at_the_reference(inputs, tmp_path, variant, changes, first_loss):
-    # At step 1 the policy equals the reference (h = 0): cDPO gives log 2, IPO (0 - 1/(2 beta))^2.
-    result = main(config(inputs, tmp_path / variant, steps=2, loss_variant=variant, **changes))
+    # At step 1 the policy equals the reference (h = 0): cDPO gives log 2, IPO (0 - 1/(2 beta))^2 (the preference
+    # term alone: without the default's NLL of the chosen answers).
+    result = main(config(inputs, tmp_path / variant, steps=2, loss_variant=variant, sft_weight=0.0, **changes))
     records = [json.loads(line) for line in result.metrics_path.read_text().splitlines()]
     assert records[0]["loss"] == pytest.approx(first_loss, abs=1e-4)
     assert result.config["loss_variant"] == variant

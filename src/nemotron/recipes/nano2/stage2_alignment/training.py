@@ -6,9 +6,10 @@ rejected answer y_l of each pair, relative to a frozen reference pi_ref (the SFT
 
     loss = -log sigmoid(beta * [(log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x))])
 
-No reward model and no sampling: the loss needs only the summed log-probabilities of the two given
-answers (`nemotron.training.logprobs`, `nemotron.training.dpo`), and the reference's are computed once,
-before the first step (the reference pass in `main` says why and what it saves).
+plus, by default, the chosen answers' mean NLL per token (`--sft-weight 1`, RPO: the Config's comment has the
+seeds that chose it; `--sft-weight 0` is DPO alone). No reward model and no sampling: the loss needs only the
+summed log-probabilities of the two given answers (`nemotron.training.logprobs`, `nemotron.training.dpo`), and the
+reference's are computed once, before the first step (the reference pass in `main` says why and what it saves).
 `--loss-variant conservative --label-smoothing 0.1` is cDPO (Mitchell, 2023); `--loss-variant ipo` is IPO
 (Azar et al., 2023).
 
@@ -24,12 +25,12 @@ tokenized, length-filtered and split into train and validation by stage-2 data c
         | python -m nemotron.recipes.nano2.stage2_alignment.training --scale tiny --checkpoint-path SFT_CKPT
     torchrun --nproc_per_node 2 -m nemotron.recipes.nano2.stage2_alignment.training --dataset-path ...
 
-Supports: metrics per step as TRL's DPOTrainer logs them (loss, reward accuracy and margin of the
-implicit rewards beta * log(pi / pi_ref), the policy's log-probs of chosen and rejected, lr, grad_norm),
-and the same on the validation pairs every `--eval-every` steps; AdamW, linear warmup then cosine decay,
-clipping, accumulation; resume after a kill (the same command: the weights and loss of an uninterrupted
-run, bitwise on CPU); DDP under torchrun (Gloo on CPU, NCCL on GPU: each rank its slice of every global
-batch; rank 0 computes the reference log-probs, the others read them); `--precision bf16` autocast.
+Supports: metrics per step as TRL's DPOTrainer logs them (loss, reward accuracy and margin of the implicit rewards
+beta * log(pi / pi_ref), the policy's log-probs of chosen and rejected, nll_loss with --sft-weight, lr,
+grad_norm), and the same on the validation pairs every `--eval-every` steps; AdamW, linear warmup then cosine
+decay, clipping, accumulation; resume after a kill (the same command: the weights and loss of an uninterrupted
+run, bitwise on CPU); DDP under torchrun (Gloo on CPU, NCCL on GPU: each rank its slice of every global batch;
+rank 0 computes the reference log-probs, the others read them); `--precision bf16` autocast.
 
 Refuses, before training starts: `--scale full` (at scale DPO runs on NeMo-RL, not Megatron-Bridge: the
 error says what it needs); an SFT checkpoint of another scale; models too large for this machine; a
@@ -102,7 +103,7 @@ def main(config: Config) -> DPOCheckpoint:
     from nemotron.data_prep.tokenizer import check_same_vocabulary, load_tokenizer
     from nemotron.models.loading import load_model
     from nemotron.models.mamba2 import use_training_scan
-    from nemotron.training.distributed import barrier, gradient_sync, sum_over_ranks
+    from nemotron.training.distributed import all_reduce_mean, barrier, gradient_sync, sum_over_ranks
     from nemotron.training.dpo import (
         check_dpo_settings,
         dpo_step_metrics,
@@ -182,7 +183,7 @@ def main(config: Config) -> DPOCheckpoint:
         # world size / the step's pairs on all ranks (distributed.sum_over_ranks shows why), which is
         # 1/grad_accum_steps when every micro-batch holds as many.
         pairs_per_rank = sum_over_ranks(sum(len(ids) for ids in micro_batches)) / training.info.world_size
-        step_loss, policy_logps, step_tokens = torch.zeros(()), [], 0
+        step_loss, step_nll, policy_logps, step_tokens = torch.zeros(()), torch.zeros(()), [], 0
         for index, ids in enumerate(micro_batches):
             prompts, chosen, rejected = ([sequences[i] for i in ids] for sequences in train)
             # DDP all-reduces the gradients during the last micro-batch's backward() only (no_sync on the others).
@@ -202,7 +203,9 @@ def main(config: Config) -> DPOCheckpoint:
                     loss = preference_losses(h, config.beta, config.loss_variant, config.label_smoothing).mean()
                 if config.sft_weight:  # RPO: plus the chosen answers' mean NLL per token
                     lengths = torch.tensor([len(c) for c in chosen], dtype=policy.dtype, device=policy.device)
-                    loss = loss + config.sft_weight * (-policy_chosen / lengths).mean()
+                    nll = (-policy_chosen / lengths).mean()
+                    loss = loss + config.sft_weight * nll
+                    step_nll += nll.detach().cpu() * (len(ids) / pairs_per_rank)
                 loss = loss * (len(ids) / pairs_per_rank)
             loss.backward()
             step_loss += loss.detach().cpu()
@@ -218,6 +221,8 @@ def main(config: Config) -> DPOCheckpoint:
 
         # Bookkeeping: the step's loss, reward accuracy and margin, and policy log-probs, averaged over all ranks.
         numbers = dpo_step_metrics(step_loss, policy_logps, reference["train"], config.beta)
+        if config.sft_weight:  # the NLL term alone, as TRL logs it (nll_loss): loss = preference + weight x this
+            numbers["nll_loss"] = all_reduce_mean(step_nll.double()).item()
         validation = None
         if "valid" in reference and training.is_due(step, config.eval_every) and training.is_main:
             # Rank 0 only, on the unwrapped model: no collective inside, the other ranks simply wait at
