@@ -48,7 +48,7 @@ from nemotron.training.settings import FineTuningSettings
 
 # Passes over the packed training rows per scale (the steps follow from the data; --patience stops earlier
 # when the validation loss stops improving). Tiny: ~370 rows of chatterbot and skill chats, steps of 4 rows;
-# the README's "How long SFT trains" shows the held-out curve that chose it and the steps its passes take.
+# the README's "How long SFT trains" shows the held-out curve around it and the steps its passes take.
 EPOCHS = {"tiny": 3.6, "small": 3.0, "medium": 2.0, "full": 1.0}
 # Handed off to Megatron-Bridge (--scale full, or --engine megatron-bridge), SFT runs for a number of iterations.
 HAND_OFF_STEPS = {"tiny": 60, "small": 1000, "medium": 3000, "full": 10000}
