@@ -72,12 +72,13 @@ class Config(ContinuedTrainingSettings):
     sft_weight: float = 1.0
     """Weight of an NLL term on the chosen answers (their mean NLL per token), added to the DPO loss, as Llama 3
     and Nemotron-4 340B train (Pang et al., 2024 call it RPO); 0 is plain DPO."""
-    # Chosen over seeds with --sft-weight: plain DPO at 5e-5 (the algorithm alone, the default until 2026-12-07)
-    # taught little where SFT had learnt the skill less well (seed 4: 2.7 standard errors; seeds 3-9 at 2.7 to
-    # 28.6), and on another seed nothing at all. The NLL of the chosen answers keeps them up while DPO pushes the
-    # rejected ones down (the "likelihood displacement" of Razin et al., 2024, which had made a larger rate
-    # unsafe); with it, four times the rate taught seeds 3-6 at 18.6 to 44.8 standard errors.
-    # The recipe README's "DPO's settings, measured" sets the variants side by side.
+    # Chosen over seeds, with --sft-weight: plain DPO at 5e-5 (the algorithm alone, the default until 2026-12-07)
+    # taught little where SFT had learnt the skill less well (seeds 3-9: 2.7 to 28.6 standard errors, the 2.7 in
+    # the seed whose SFT was weakest), and with an earlier version of the pairs nothing at all in one seed. The NLL
+    # of the chosen answers keeps them up while DPO pushes the rejected ones down (the "likelihood displacement"
+    # of Razin et al., 2024, which had made a larger rate unsafe); with it, four times the rate taught every seed
+    # by 18 standard errors or more (the recipe README's lessons table), and the README's "DPO's settings,
+    # measured" sets the variants side by side.
     lr: float = 2e-4
     # No decay, as in the DPO paper and TRL: the KL-like pull to the reference already regularises.
     weight_decay: float = 0.0
