@@ -11,10 +11,11 @@ weights, not by arithmetic, so B rows per pass cost little more than one (the Or
 `nemotron.sdg.cost.critical_batch_size` puts a number on it). benchmarks/bench_serve.py measures it.
 
 One decode loop, visible (`_loop`):
-1. join: waiting requests are prefilled in one pass, left-padded to the longest prompt (the padding masked:
-   attention skips it, the Mamba layers zero it, each row at its own positions), and their caches join the
-   running batch's (`nemotron.serve.stacked`: Mamba states stacked, attention keys and values left-padded
-   to the longest row); a request that scores its prompt (`prompt_logprobs`) is prefilled alone;
+1. join: waiting requests are prefilled in one
+   pass, left-padded to the longest prompt (the padding masked: attention skips it, the Mamba layers zero it,
+   each row at its own positions), and their caches join the running batch's (`nemotron.serve.stacked`: Mamba
+   states stacked, attention keys and values left-padded to the longest row, in buffers with room for the
+   tokens still to come); a request that scores its prompt (`prompt_logprobs`) is prefilled alone;
 2. step: the rows' pending logits -> per-row grammar mask (xgrammar, when the request asked for a JSON
    schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p -> append, stop on EOS,
    a stop string, the grammar's end, or max_tokens;
@@ -220,7 +221,9 @@ class Engine:
                 if not rows:  # "batches": busy spells, from the first row joining an idle engine
                     self.stats["batches"] += 1
                 rows += group
-                stacked.add(cache, [len(row.request.prompt_ids) for row in group])
+                # room: the most tokens a running row may still add (each gets max_tokens - 1 more forward passes)
+                stacked.add(cache, [len(row.request.prompt_ids) for row in group],
+                            room=max(row.request.max_tokens - len(row.ids) for row in rows))
             if not rows:
                 continue
             self.stats["steps"] += 1
