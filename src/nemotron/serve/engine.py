@@ -11,7 +11,7 @@ weights, not by arithmetic, so B rows per pass cost little more than one (the Or
 `nemotron.sdg.cost.critical_batch_size` puts a number on it). benchmarks/bench_serve.py measures it.
 
 One decode loop, visible (`_loop`):
-1. join: waiting requests are prefilled in one
+1. join: waiting requests (an idle engine waits JOIN_WINDOW_S for those sent together) are prefilled in one
    pass, left-padded to the longest prompt (the padding masked: attention skips it, the Mamba layers zero it,
    each row at its own positions), and their caches join the running batch's (`nemotron.serve.stacked`: Mamba
    states stacked, attention keys and values left-padded to the longest row, in buffers with room for the
@@ -70,6 +70,10 @@ from nemotron.serve.stacked import StackedCache, free_memory, row_cost
 # A temperature below this is greedy: logits / 1e-40 overflow float32 to inf, and the softmax of inf is NaN
 # (vLLM draws the same line, at the same value).
 GREEDY_BELOW = 1e-5
+# An idle engine waits this long after a request for the next before it prefills: 8 streaming clients started
+# together (bench_serve.py) reached the SmolLM2 server 0-13 ms apart, 24-33 ms first to last, and without the wait
+# the first was prefilled and decoded alone while the rest queued. A lone request pays it once (its prefill: ~150 ms).
+JOIN_WINDOW_S = 0.015
 
 
 @dataclass
@@ -248,10 +252,13 @@ class Engine:
                     rows, stacked = [], StackedCache()
 
     def _waiting(self, block: bool, room: int) -> list[tuple[GenerationRequest, Future]]:
+        """Waiting requests, at most `room`. While idle (`block`): the first, then each that follows the one before
+        within JOIN_WINDOW_S, so clients sent together join one prefill instead of the first decoding alone while
+        the rest queue behind its prefill."""
         waiting = [self._queue.get()] if block else []
         while len(waiting) < room:
             try:
-                waiting.append(self._queue.get_nowait())
+                waiting.append(self._queue.get(timeout=JOIN_WINDOW_S) if block else self._queue.get_nowait())
             except queue.Empty:
                 break
         return waiting
