@@ -116,7 +116,7 @@ def test_smollm2_greedy_tokens_and_logprobs_do_not_depend_on_the_batch():
     """SmolLM2-135M-Instruct (Llama: rotary positions, so each row's own position ids matter)."""
     from nemotron.models.reference import SMOLLM2, load_reference_model
 
-    check_batch_invariance(*load_reference_model(SMOLLM2), count=4)
+    check_batch_invariance(*load_reference_model(SMOLLM2), count=5)  # 5 rows: steps on oneDNN's packed weights
 
 
 def test_a_request_whose_cache_would_not_fit_is_refused_with_the_figure(tokenizer):
