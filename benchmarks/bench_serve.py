@@ -9,7 +9,7 @@ text delta), whether every stream ended properly (a finish_reason, then `[DONE]`
 per token one after another over its CPU time per token at that level (from Linux's /proc: about the ratio an
 idle machine would show, where wall time on a shared machine measures the neighbours too). Then the head-of-line
 case: a 2-token completion alone, and sent while a 200-token one decodes (target: within twice its alone time
-or 1 s, whichever is larger). Goals on the 2-core machine (issue 61): 8 clients >= 3.5x sequential, 16 >= 5x.
+or 1 s, whichever is larger). Goals on the 2-core machine (issue 61, `GOALS`): 8 clients >= 3.5x sequential, 16 >= 5x.
 The load average is printed beside the figures: on a shared machine they measure the neighbours too.
 
     python benchmarks/bench_serve.py                     # SmolLM2-135M-Instruct and a tiny nano2, 48 tokens each
@@ -17,7 +17,10 @@ The load average is printed beside the figures: on a shared machine they measure
     python benchmarks/bench_serve.py --quick             # the tiny nano2 only, 8 tokens, 1 and 4 clients
 
 The summary goes to stderr; stdout carries one JSON line with every figure (first: the first model's ratio to
-one after another at 8 clients, 4 with --quick).
+one after another at 8 clients, 4 with --quick). `--json FILE` writes the same figures with the date, the commit,
+the machine's CPU model and the command, the data of README.md's serving block:
+
+    python benchmarks/bench_serve.py --json serving.json && python scripts/readme_results.py top serving serving.json
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ import httpx
 
 from nemotron.models.reference import random_chat_model
 
+REPO = Path(__file__).resolve().parents[1]
+
+GOALS = {8: 3.5, 16: 5.0}  # clients -> tokens/s at once over one after another, aimed at on the 2-core machine
 QUESTIONS = ["Describe the sea in a few sentences.", "What is a good breakfast?", "Tell me about the moon.",
              "How do birds fly so far without getting lost on the way?", "Why is the sky blue?",
              "Write a short poem about autumn leaves.", "What should I pack for a week of hiking in the mountains?",
@@ -146,7 +152,8 @@ def measure(model: str, levels: list[int], max_tokens: int, long_tokens: int, de
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=900)
         entry = client.models.list().data[0]
-        name, cache = entry.id, entry.model_extra["nemotron"]["cache"]
+        served = entry.model_extra["nemotron"]
+        name, cache, context = entry.id, served["cache"], served["context"]
         one_client(client, name, QUESTIONS[0], 2)  # warm-up: first-call costs are not part of any figure
         alone = sequential(client, name, max(levels), max_tokens, server)
         runs = []
@@ -167,7 +174,7 @@ def measure(model: str, levels: list[int], max_tokens: int, long_tokens: int, de
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-    return {"model": name, "concurrent": runs, "head_of_line": blocked, "cache": cache}
+    return {"model": name, "concurrent": runs, "head_of_line": blocked, "cache": cache, "context": context}
 
 
 def report(result: dict, delay: float, long_tokens: int) -> None:
@@ -194,6 +201,8 @@ def main() -> None:
                         "folder, or `tiny` (a fresh untrained nano2); default: smollm2 and tiny")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--quick", action="store_true", help="the tiny nano2 only, 8 tokens, 1 and 4 clients")
+    parser.add_argument("--json", type=Path, help="also write every figure, with the date, commit, CPU model and "
+                        "command, to this file (the data of README.md's serving block: scripts/readme_results.py)")
     args = parser.parse_args()
     models = args.model or (["tiny"] if args.quick else ["smollm2", "tiny"])
     levels, max_tokens, long_tokens, delay = [1, 4, 8, 16], args.max_tokens, 200, 2.0
@@ -210,11 +219,27 @@ def main() -> None:
           f"{' '.join(f'{x:.2f}' for x in load_after)} after; {os.cpu_count()} cores", file=sys.stderr)
     key = max(levels) if max(levels) < 8 else 8  # the headline: the first model at 8 clients (--quick: 4)
     headline = next(run["over_sequential"] for run in results[0]["concurrent"] if run["clients"] == key)
-    print(json.dumps({"headline_over_sequential": headline, "headline_clients": key,
-                      "headline_model": results[0]["model"], "max_tokens": max_tokens, "long_tokens": long_tokens,
-                      "delay_s": delay,
-                      "load_average_before": load_before, "load_average_after": load_after,
-                      "cores": os.cpu_count(), "models": results}))
+    record = {"headline_over_sequential": headline, "headline_clients": key, "headline_model": results[0]["model"],
+              "max_tokens": max_tokens, "long_tokens": long_tokens, "delay_s": delay, "goals": GOALS,
+              "load_average_before": load_before, "load_average_after": load_after, "cores": os.cpu_count(),
+              "models": results}
+    print(json.dumps(record))
+    if args.json:
+        args.json.write_text(json.dumps({**record, **provenance(sys.argv[1:])}, indent=1) + "\n")
+
+
+def provenance(argv: list[str]) -> dict:
+    """When, at which commit, on which CPU and by which command the figures were measured."""
+    def git(*command: str) -> str:
+        return subprocess.run(["git", *command], capture_output=True, text=True, cwd=REPO).stdout.strip()
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
+    shown = [a for i, a in enumerate(argv) if a != "--json" and (i == 0 or argv[i - 1] != "--json")]
+    return {"date": time.strftime("%Y-%m-%d"), "commit": git("rev-parse", "HEAD")[:12],
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks")),  # the code
+            "cpu_model": cpu,
+            "command": " ".join(["python benchmarks/bench_serve.py", *shown])}
 
 
 if __name__ == "__main__":

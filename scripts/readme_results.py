@@ -17,6 +17,7 @@ outside its blocks. The blocks of a recipe README, each from its own source:
     python scripts/readme_results.py nano2 sft_length sft_length.json      # bench_sft_length.py --json
     python scripts/readme_results.py nano2 dpo_variants variants.json      # bench_dpo_variants.py --json
     python scripts/readme_results.py top chat_page docs/chat-page.png.json # README.md: the chat page's answers
+    python scripts/readme_results.py top serving serving.json              # README.md: bench_serve.py --json
 
 The data of `expected` is read from the run's artifacts alone: each stage's lesson, each step's seconds, and
 the run's date, commit, seed and torch threads, and every step's artifact digest; the machine's matmul speed is
@@ -36,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 README = {recipe: REPO / "src" / "nemotron" / "recipes" / recipe / "README.md" for recipe in ("nano2", "nano3")}
 TOP_README = REPO / "README.md"
+TOP_BLOCKS = ("chat_page", "serving")  # README.md's blocks
 # Each picture made from a run, and the recipe whose Expected-results run it must show.
 PICTURES = {"docs/chat-page.png": "nano2", "docs/runs-browser.png": "nano2"}
 # The evaluation steps holding each stage's lesson, and every step of a run, in order.
@@ -295,8 +297,46 @@ def render(name: str, data: dict) -> str:
                  "|---|---|---|"]
         lines += [f"| {cell(a['asked'])} | {cell(a['model'])} | {cell(a['answer'])} |" for a in data["answers"]]
         return "\n".join(lines) + "\n"
+    if name == "serving":
+        return serving(data)
     raise SystemExit(f"error: unknown block {name!r}; "
-                     "use expected, lessons, moe_dense, sft_length, dpo_variants or chat_page")
+                     "use expected, lessons, moe_dense, sft_length, dpo_variants, chat_page or serving")
+
+
+def serving(data: dict) -> str:
+    """README.md's serving figures (benchmarks/bench_serve.py --json): per model and number of clients, tokens/s
+    at once against the same requests one after another, the server's CPU per token both ways, the first token;
+    then the head-of-line case and what a cache row costs."""
+    dirty = " (with uncommitted changes)" if data["dirty"] else ""
+    goals = ", ".join(f"{clients} clients {goal:g}x" for clients, goal in data["goals"].items())
+    lines = [f"`{data['command']}`, {data['date']} at commit `{data['commit']}`{dirty}, {data['cores']} cores "
+             f"({data['cpu_model']}), load average {data['load_average_before'][0]:.2f} when it started and "
+             f"{data['load_average_after'][0]:.2f} when it ended: {data['max_tokens']} tokens per streamed chat "
+             f"answer, the server on one torch thread; goals (issue #61): {goals} the tokens/s of one after another.",
+             "",
+             "| model | clients | tokens/s at once | one after another | at once over one after another | "
+             "server CPU per token, one after another over at once | first token, median (alone) | complete |",
+             "|---|---|---|---|---|---|---|---|"]
+    for model in data["models"]:
+        for run in model["concurrent"]:
+            ratio, goal = run["over_sequential"], data["goals"].get(str(run["clients"]))
+            verdict = "" if goal is None else " (goal met)" if ratio >= goal else f" (below the {goal:g}x goal)"
+            cpu = "" if run["cpu_over_sequential"] is None else f"{run['cpu_over_sequential']:.2f}x"
+            lines.append(f"| {model['model']} | {run['clients']} | {run['tokens_per_s']:.1f} | "
+                         f"{run['sequential_tokens_per_s']:.1f} | **{ratio:.2f}x**{verdict} | {cpu} | "
+                         f"{run['median_ttft_s']:.2f} s ({run['sequential_median_ttft_s']:.2f} s) | "
+                         f"{run['complete']}/{run['clients']} |")
+    lines.append("")
+    for model in data["models"]:
+        line, cache = model["head_of_line"], model["cache"]
+        fixed = f" and {cache['bytes_per_row']:,} bytes whatever its length" if cache["bytes_per_row"] else ""
+        full = cache["max_batch_size"] * (cache["bytes_per_row"] + model["context"] * cache["bytes_per_token"])
+        lines.append(f"{model['model']}: a 2-token completion sent {data['delay_s']:g} s after a "
+                     f"{data['long_tokens']}-token one was answered in {line['beside_long_s']:.2f} s "
+                     f"({line['alone_s']:.2f} s alone; target {line['target_s']:.2f} s). A cache row holds "
+                     f"{cache['bytes_per_token']:,} bytes per token{fixed}, so {cache['max_batch_size']} rows "
+                     f"of its {model['context']:,} positions take {full / 2**30:.2f} GiB.")
+    return "\n".join(lines) + "\n"
 
 
 def write_block(readme: Path, name: str, data: dict) -> None:
@@ -315,11 +355,11 @@ def write_block(readme: Path, name: str, data: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in (*README, "top") or (argv[0] == "top") != (argv[1] == "chat_page"):
+    if len(argv) != 3 or argv[0] not in (*README, "top") or (argv[0] == "top") != (argv[1] in TOP_BLOCKS):
         print(__doc__, file=sys.stderr)
         return 2
     recipe, name, source = argv[0], argv[1], Path(argv[2])
-    if recipe == "top":  # the chat page picture's sidecar, as scripts/screenshot_chat_page.py wrote it
+    if recipe == "top":  # the chat page picture's sidecar (screenshot_chat_page.py), or bench_serve.py --json
         write_block(TOP_README, name, json.loads(source.read_text()))
         print(f"readme_results: wrote results:{name} of README.md", file=sys.stderr)
         return 0

@@ -212,3 +212,40 @@ def test_the_top_readme_chat_example_is_what_the_chat_page_picture_shows():
     assert block["table"] == readme_results.render("chat_page", data)
     assert data == json.loads((REPO / "docs" / "chat-page.png.json").read_text()), (
         "README.md's chat example is not the chat page picture's; re-run readme_results.py top chat_page")
+
+
+def test_every_block_of_the_top_readme_is_what_the_script_draws_from_its_data():
+    text = readme_results.TOP_README.read_text(encoding="utf-8")
+    blocks = list(readme_results.BLOCK.finditer(text))
+    assert {m["name"] for m in blocks} >= set(readme_results.TOP_BLOCKS), (
+        f"README.md lacks a drawn block of {readme_results.TOP_BLOCKS}: python scripts/readme_results.py top NAME FILE")
+    for block in blocks:
+        assert block["table"] == readme_results.render(block["name"], json.loads(block["data"])), (
+            f"README.md results:{block['name']} is not what scripts/readme_results.py draws from its data")
+
+
+def test_the_serving_paragraph_states_no_figure_outside_its_block():
+    """issue 61: the README's serving figures come from a bench_serve.py --json run, not from typing."""
+    text = readme_results.TOP_README.read_text(encoding="utf-8")
+    start = text.index("Many streaming clients at once")
+    section = text[start: text.index("\n## ", start)]
+    assert "<!-- results:serving" in section
+    prose = re.sub(r"`[^`]*`", "", readme_results.BLOCK.sub("", section))
+    figures = FIGURE.findall(prose)
+    assert not figures, f"README.md's serving paragraph states {figures} outside its results:serving block"
+
+
+def test_the_serving_block_draws_each_ratio_against_its_goal():
+    run = {"clients": 8, "complete": 8, "tokens_per_s": 40.0, "sequential_tokens_per_s": 10.0, "over_sequential": 4.0,
+           "cpu_over_sequential": 3.9, "median_ttft_s": 0.5, "sequential_median_ttft_s": 0.15}
+    model = {"model": "m", "context": 2048, "concurrent": [run, {**run, "clients": 16, "over_sequential": 4.5}],
+             "head_of_line": {"alone_s": 0.1, "beside_long_s": 0.2, "target_s": 1.0},
+             "cache": {"max_batch_size": 16, "bytes_per_row": 0, "bytes_per_token": 46080, "memory": 1}}
+    data = {"command": "python benchmarks/bench_serve.py", "date": "2026-12-07", "commit": "abc", "dirty": False,
+            "cores": 2, "cpu_model": "cpu", "load_average_before": [1.0, 1, 1], "load_average_after": [2.0, 1, 1],
+            "max_tokens": 48, "long_tokens": 200, "delay_s": 2.0, "goals": {"8": 3.5, "16": 5.0}, "models": [model]}
+    drawn = readme_results.render("serving", data)
+    assert "| m | 8 | 40.0 | 10.0 | **4.00x** (goal met) | 3.90x | 0.50 s (0.15 s) | 8/8 |" in drawn, drawn
+    assert "| m | 16 | 40.0 | 10.0 | **4.50x** (below the 5x goal) |" in drawn, drawn
+    assert "46,080 bytes per token, so 16 rows of its 2,048 positions take 1.41 GiB." in drawn, drawn
+    assert readme_results.render("serving", {**data, "commit": "abd"}) != drawn

@@ -116,7 +116,7 @@ def test_smollm2_greedy_tokens_and_logprobs_do_not_depend_on_the_batch():
     """SmolLM2-135M-Instruct (Llama: rotary positions, so each row's own position ids matter)."""
     from nemotron.models.reference import SMOLLM2, load_reference_model
 
-    check_batch_invariance(*load_reference_model(SMOLLM2), count=4)
+    check_batch_invariance(*load_reference_model(SMOLLM2), count=5)  # 5 rows: steps on oneDNN's packed weights
 
 
 def test_a_request_whose_cache_would_not_fit_is_refused_with_the_figure(tokenizer):
@@ -133,3 +133,23 @@ def test_a_request_whose_cache_would_not_fit_is_refused_with_the_figure(tokenize
     assert engine.submit(request([9] * 50, max_tokens=50)).result(timeout=60).completion_ids
     with pytest.raises(NemotronError, match=r"\(101 tokens\) needs .* MiB of cache per row, .* batch of 4 rows"):
         engine.submit(request([9] * 51, max_tokens=50))
+
+
+def test_the_attention_buffers_write_in_place_and_grow_past_their_room():
+    """`RoomyLayer` holds what `DynamicLayer`'s concatenation would: two blocks left-padded with zeros, then the
+    steps' columns, written into the room and, past it, into a grown buffer; `keep` drops rows."""
+    from torch.nn.functional import pad
+
+    from nemotron.serve.stacked import RoomyLayer
+
+    a, b = torch.randn(1, 2, 3, 4), torch.randn(2, 2, 5, 4)
+    layer = RoomyLayer([a, b], [-a, -b], width=5, room=1)
+    keys, values = torch.cat([pad(a, (0, 0, 2, 0)), b]), torch.cat([pad(-a, (0, 0, 2, 0)), -b])
+    first_buffer = layer.key_buffer
+    for _ in range(3):
+        step = torch.randn(3, 2, 1, 4)
+        keys, values = torch.cat([keys, step], dim=-2), torch.cat([values, -step], dim=-2)
+        assert all(torch.equal(x, y) for x, y in zip(layer.update(step, -step), (keys, values), strict=True))
+    assert layer.key_buffer is not first_buffer  # the second step passed the one spare column
+    layer.keep(torch.tensor([0]), cut=2)  # row 0 alone: the two leading columns were its padding only
+    assert torch.equal(layer.keys, keys[:1, :, 2:]) and torch.equal(layer.values, values[:1, :, 2:])

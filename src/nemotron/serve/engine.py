@@ -11,10 +11,11 @@ weights, not by arithmetic, so B rows per pass cost little more than one (the Or
 `nemotron.sdg.cost.critical_batch_size` puts a number on it). benchmarks/bench_serve.py measures it.
 
 One decode loop, visible (`_loop`):
-1. join: waiting requests are prefilled in one pass, left-padded to the longest prompt (the padding masked:
-   attention skips it, the Mamba layers zero it, each row at its own positions), and their caches join the
-   running batch's (`nemotron.serve.stacked`: Mamba states stacked, attention keys and values left-padded
-   to the longest row); a request that scores its prompt (`prompt_logprobs`) is prefilled alone;
+1. join: waiting requests (an idle engine waits JOIN_WINDOW_S for those sent together) are prefilled in one
+   pass, left-padded to the longest prompt (the padding masked: attention skips it, the Mamba layers zero it,
+   each row at its own positions), and their caches join the running batch's (`nemotron.serve.stacked`: Mamba
+   states stacked, attention keys and values left-padded to the longest row, in buffers with room for the
+   tokens still to come); a request that scores its prompt (`prompt_logprobs`) is prefilled alone;
 2. step: the rows' pending logits -> per-row grammar mask (xgrammar, when the request asked for a JSON
    schema) -> greedy (temperature 0) or seeded sampling with temperature / top-p -> append, stop on EOS,
    a stop string, the grammar's end, or max_tokens;
@@ -63,12 +64,16 @@ import torch
 
 from nemotron.errors import NemotronError
 from nemotron.serve.grammar import Grammars
-from nemotron.serve.layout import column_major_linears
+from nemotron.serve.layout import column_major_linears, packed_linears
 from nemotron.serve.stacked import StackedCache, free_memory, row_cost
 
 # A temperature below this is greedy: logits / 1e-40 overflow float32 to inf, and the softmax of inf is NaN
 # (vLLM draws the same line, at the same value).
 GREEDY_BELOW = 1e-5
+# An idle engine waits this long after a request for the next before it prefills: 8 streaming clients started
+# together (bench_serve.py) reached the SmolLM2 server 0-13 ms apart, 24-33 ms first to last, and without the wait
+# the first was prefilled and decoded alone while the rest queued. A lone request pays it once (its prefill: ~150 ms).
+JOIN_WINDOW_S = 0.015
 
 
 @dataclass
@@ -134,12 +139,14 @@ class Engine:
         """`stop_token_ids`: ids that end a completion besides EOS (a chat format's end of turn, `<|im_end|>`).
         `max_batch_size`: most requests decoded together; more wait until a row leaves. `cache_memory`: bytes
         the batch's caches may take (default: `stacked.free_memory`); a request that could not fit is refused.
-        On a CPU the model's Linear weights are laid out column-major, in place (`layout.column_major_linears`:
-        the same values, faster batched steps)."""
+        On a CPU the model's Linear weights are laid out column-major, in place (`layout.column_major_linears`),
+        and also packed for oneDNN, used by steps of 5-16 rows (`layout.packed_linears`: one more copy of them):
+        the same values to float rounding, faster batched steps."""
         import xgrammar
 
         self.model, self.tokenizer, self.max_batch_size = model, tokenizer, max_batch_size
         column_major_linears(model)
+        packed_linears(model)
         self.device = next(model.parameters()).device
         with torch.no_grad():  # one token's cache: what a row costs, fixed and per token
             cache = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device),
@@ -220,7 +227,9 @@ class Engine:
                 if not rows:  # "batches": busy spells, from the first row joining an idle engine
                     self.stats["batches"] += 1
                 rows += group
-                stacked.add(cache, [len(row.request.prompt_ids) for row in group])
+                # room: the most tokens a running row may still add (each gets max_tokens - 1 more forward passes)
+                stacked.add(cache, [len(row.request.prompt_ids) for row in group],
+                            room=max(row.request.max_tokens - len(row.ids) for row in rows))
             if not rows:
                 continue
             self.stats["steps"] += 1
@@ -245,10 +254,13 @@ class Engine:
                     rows, stacked = [], StackedCache()
 
     def _waiting(self, block: bool, room: int) -> list[tuple[GenerationRequest, Future]]:
+        """Waiting requests, at most `room`. While idle (`block`): the first, then each that follows the one before
+        within JOIN_WINDOW_S, so clients sent together join one prefill instead of the first decoding alone while
+        the rest queue behind its prefill."""
         waiting = [self._queue.get()] if block else []
         while len(waiting) < room:
             try:
-                waiting.append(self._queue.get_nowait())
+                waiting.append(self._queue.get(timeout=JOIN_WINDOW_S) if block else self._queue.get_nowait())
             except queue.Empty:
                 break
         return waiting
