@@ -7,7 +7,8 @@ pinned to one core, so one torch thread), each into a fresh folder, then reads e
 `nemotron.evaluation.lessons`) and prints, per run and stage, the gain, its standard error and their ratio.
 A stage teaches when its gain is above two standard errors; the last line says whether every stage of every
 run did. Each run's step times are printed beside it (the recipes' time budgets: nano2 120 s, nano3 330 s of
-steps on an idle 2-core machine), with the load average, since other work on the machine slows them.
+steps on an idle 2-core machine, which nano3 now passes: its README says why), with the load average, since other
+work on the machine slows them.
 
     python benchmarks/bench_lessons.py                       # both recipes, seeds 0-2, and seed 0 on one thread
     python benchmarks/bench_lessons.py --seeds 0 1 2 3 4 5 6 7 8 9 --one-thread-seeds 0 1 2

@@ -13,7 +13,7 @@ model of the same active size.
 With `--post-training-data`, a stage before stage 1 runs the post-training data pipeline on its shipped demo
 records (normalize -> pools -> completion-NLL score -> embedding selection, `nemotron.recipes.post_training_data`)
 and stage-1 curation adds the selected records to its SFT data, in the nano3 template with their reasoning, tool
-calls and loss modes. It is off by default because it does not fit the tiny recipe's 330 s on 2 cores: the NLL
+calls and loss modes. It is off by default because it would add to the tiny recipe's steps, already past 330 s: the NLL
 scoring runs a 135M-parameter reference model over every candidate (README, "The post-training selection").
 
 The report card goes to `<output-dir>/report/report.md` (report.py): bits per byte of the MoE model,
