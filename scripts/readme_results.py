@@ -220,8 +220,10 @@ def render(name: str, data: dict) -> str:
             lines += ["", "Stage 0's question, the MoE model against its dense counterpart of the same active "
                       "parameters: the MoE's held-out loss minus the dense model's (nats/token), paired over the "
                       f"same {against['equal_tokens']['n']} windows (negative: the MoE predicts better).", "",
-                      "| trained on | MoE steps | dense steps | MoE - dense ± SE |", "|---|---|---|---|"]
-            lines += [f"| {what} | {record['moe_steps']} | {record['dense_steps']} | {moe_minus_dense(record)} |"
+                      "| trained on | MoE steps (seconds) | dense steps (seconds) | MoE - dense ± SE |",
+                      "|---|---|---|---|"]
+            lines += [f"| {what} | {record['moe_steps']} ({record['moe_train_seconds']:.1f}) | {record['dense_steps']} "
+                      f"({record['dense_train_seconds']:.1f}) | {moe_minus_dense(record)} |"
                       for budget, what in (("equal_tokens", "the same tokens"), ("equal_time", "the same time"))
                       if (record := against.get(budget))]
         lines += ["", "| step | seconds |", "|---|---|"]

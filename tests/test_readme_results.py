@@ -158,15 +158,15 @@ def test_nano2_expected_results_show_the_skill_model_by_model_and_the_fair_chat_
 def test_nano3_expected_results_answer_stage_0s_question_with_its_standard_error():
     """nano3 stage 0 asks whether the MoE beats its dense counterpart: the block draws both budgets' paired
     differences (MoE minus dense, so the sign of `gain`, dense -> MoE, flips) and its ratio to the error."""
-    record = {"n": 39, "standard_error": 0.006, "moe_steps": 160}
+    record = {"n": 39, "standard_error": 0.006, "moe_steps": 160, "moe_train_seconds": 29.04, "dense_train_seconds": 30}
     data = {"date": "2026-12-07", "commit": "abc", "dirty": False, "seed": 0, "threads": 2, "torch": "2",
             "matmul_gflops": 1, "lessons": [], "step_seconds": [], "total_seconds": 0,
             "moe_against_dense": {"equal_tokens": {**record, "gain": 0.018, "dense_steps": 160},
                                   "equal_time": {**record, "gain": -0.21, "dense_steps": 240}}}
     drawn = readme_results.render("expected", data)
     assert "paired over the same 39 windows" in drawn, drawn
-    assert "| the same tokens | 160 | 160 | -0.0180 ± 0.0060 (-3.0 SE) |" in drawn, drawn
-    assert "| the same time | 160 | 240 | +0.2100 ± 0.0060 (+35.0 SE) |" in drawn, drawn
+    assert "| the same tokens | 160 (29.0) | 160 (30.0) | -0.0180 ± 0.0060 (-3.0 SE) |" in drawn, drawn
+    assert "| the same time | 160 (29.0) | 240 (30.0) | +0.2100 ± 0.0060 (+35.0 SE) |" in drawn, drawn
     text = readme_results.README["nano3"].read_text(encoding="utf-8")
     shown = expected_data("nano3")
     assert shown.get("moe_against_dense"), "nano3's Expected results does not answer stage 0's question"
