@@ -63,7 +63,7 @@ class Config(TrainingSettings, OptimizerSettings):
     """Completions sampled per question; advantages are normalised within each group. Chosen over seeds: with
     groups of 4 (16 completions a step) RL's held-out gain was 0.4 standard errors in one seed of six (seed 3;
     neither a KL pull of 0.05 nor a rate of 3e-5 rescued it); groups of 8 gave that seed 4.3 and seeds 0-4
-    4.3 to 7.5, for about half again a step's time. Larger groups hold reward variance more often (the
+    4.3 to 7.5, for about twice the step's time. Larger groups hold reward variance more often (the
     `informative_groups` log): from an SFT model right on 3% of its samples, 18% of groups of 4 did, 55% of 16."""
     max_new_tokens: int = 96
     """Tokens sampled per completion (a worked two-digit sum with its answer is 60-100 tokens)."""
