@@ -40,6 +40,7 @@ from pathlib import Path
 
 import httpx
 
+from nemotron.artifact.provenance import git_revision
 from nemotron.models.reference import random_chat_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -229,17 +230,14 @@ def main() -> None:
 
 
 def provenance(argv: list[str]) -> dict:
-    """When, at which commit, on which CPU and by which command the figures were measured."""
-    def git(*command: str) -> str:
-        return subprocess.run(["git", *command], capture_output=True, text=True, cwd=REPO).stdout.strip()
-
+    """When, at which commit (`artifact.provenance.git_revision`, as a step's artifact records it), on which CPU and
+    by which command the figures were measured."""
+    commit, dirty = git_revision(REPO)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
     shown = [a for i, a in enumerate(argv) if a != "--json" and (i == 0 or argv[i - 1] != "--json")]
-    return {"date": time.strftime("%Y-%m-%d"), "commit": git("rev-parse", "HEAD")[:12],
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks")),  # the code
-            "cpu_model": cpu,
-            "command": " ".join(["python benchmarks/bench_serve.py", *shown])}
+    return {"date": time.strftime("%Y-%m-%d"), "commit": (commit or "unknown")[:12], "dirty": bool(dirty),
+            "cpu_model": cpu, "command": " ".join(["python benchmarks/bench_serve.py", *shown])}
 
 
 if __name__ == "__main__":
